@@ -1,0 +1,1 @@
+"""Policy models and checkpoints (foundation GRU; diffusion, energy and MLP to come)."""

@@ -1,0 +1,64 @@
+"""Checkpoints on disk: a folder with ``model.safetensors`` and ``config.json``.
+
+``config.json`` holds the policy kind, its config dataclass and free-form metadata
+(normalization statistics live in the safetensors file beside the weights, as in
+LeRobot). Folders are written atomically: a complete temporary folder is renamed
+into place, so a killed process never leaves a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+FORMAT_VERSION = 1
+
+
+def save_checkpoint(directory: str | Path, kind: str, config: Any, tensors: dict[str, torch.Tensor],
+                    metadata: dict | None = None) -> Path:
+    """Atomically write ``tensors`` and ``config`` (a dataclass or dict) into ``directory``."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    cfg = asdict(config) if is_dataclass(config) else dict(config)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / WEIGHTS))
+        doc = {"format_version": FORMAT_VERSION, "kind": kind, "config": cfg, "metadata": metadata or {}}
+        with open(tmp / CONFIG, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        old = None
+        if directory.exists():
+            old = directory.parent / f".{directory.name}.old-{os.getpid()}"
+            os.replace(directory, old)
+        os.replace(tmp, directory)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def load_checkpoint(directory: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], dict]:
+    """Read a checkpoint folder -> (kind, config dict, tensors, metadata)."""
+    directory = Path(directory)
+    for name in (CONFIG, WEIGHTS):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"{directory} is not a robo checkpoint: {name} is missing")
+    with open(directory / CONFIG) as f:
+        doc = json.load(f)
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{directory}: checkpoint format {doc.get('format_version')} is not {FORMAT_VERSION}")
+    return doc["kind"], doc["config"], load_file(str(directory / WEIGHTS)), doc.get("metadata", {})

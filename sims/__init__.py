@@ -1,0 +1,1 @@
+"""Simulators and gymnasium environments."""
