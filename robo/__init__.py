@@ -1,0 +1,1 @@
+"""robo: the glue users touch — CLI, training loops, evaluation."""

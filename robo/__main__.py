@@ -1,0 +1,3 @@
+from robo.cli import main
+
+main()

@@ -1,0 +1,39 @@
+"""Build tasks and policies from (Hydra) config nodes. The one place that wires
+``sims`` and ``policies`` together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from policies.base import Policy
+from policies.foundation import load_raptor
+from policies.registry import load_policy
+from sims.envs import BatchedQuadrotorTask, make_batched_task
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], num_envs: int,
+              seed: int | None = None) -> BatchedQuadrotorTask:
+    """A seeded batched task of ``num_envs`` quadrotors from task, robot and sim config nodes."""
+    if sim.get("backend", "batched") != "batched":
+        raise ValueError(f"sim.backend={sim.get('backend')!r}: only 'batched' can fly batched tasks")
+    if sim.get("dtype", "float32") not in DTYPES:
+        raise ValueError(f"sim.dtype={sim.get('dtype')!r}; choose one of {sorted(DTYPES)}")
+    t = make_batched_task(dict(task), dict(robot), num_envs, None, DTYPES[sim.get("dtype", "float32")])
+    t.seed(seed)
+    return t
+
+
+def make_policy(policy: dict[str, Any]) -> Policy:
+    """``{kind: raptor, path: null}`` or ``{kind: checkpoint, path: DIR}`` -> a loaded policy."""
+    kind = policy.get("kind")
+    if kind == "raptor":
+        return load_raptor(policy.get("path"))
+    if kind == "checkpoint":
+        if not policy.get("path"):
+            raise ValueError("policy.kind=checkpoint needs policy.path=<checkpoint folder>")
+        return load_policy(policy["path"])
+    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor' or 'checkpoint'")

@@ -1,0 +1,106 @@
+"""Configs of the quadrotor tasks (mirrored by ``configs/task/*.yaml``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+TASKS = ("hover", "waypoint", "figure_eight")
+
+
+@dataclass
+class RewardConfig:
+    """Per-step reward ``scale * (constant - cost)``, cost a weighted sum of squares.
+
+    cost = position * |p - p_ref|^2 + orientation * (1 - q_w^2) + velocity * |v - v_ref|^2
+           + angular_velocity * |w|^2 + action * |a - a_hover|^2
+    On termination ``termination_penalty`` is subtracted once.
+    Defaults follow RLtools l2f's squared reward (Learning to Fly in Seconds).
+    """
+
+    scale: float = 0.1
+    constant: float = 1.1
+    position: float = 10.0
+    orientation: float = 2.5
+    velocity: float = 1.0
+    angular_velocity: float = 0.0
+    action: float = 2.0
+    termination_penalty: float = 0.0
+
+
+@dataclass
+class InitConfig:
+    """Initial-state distribution around the reference at t = 0.
+
+    Position uniform in a ball of ``position_radius`` m; orientation a rotation by an
+    angle uniform in [0, ``angle_deg``] about a random axis; velocities uniform in balls;
+    motors at the hover command when ``motors_at_hover`` else uniform in [0, 1].
+    """
+
+    position_radius: float = 0.5
+    angle_deg: float = 30.0
+    velocity: float = 0.0
+    angular_velocity: float = 0.0
+    motors_at_hover: bool = True
+
+
+@dataclass
+class TerminationConfig:
+    """An episode terminates (crash) when the quad hits the floor (world z < ``floor_z``
+    if ``floor``) or leaves the bounds around its reference."""
+
+    floor: bool = True
+    floor_z: float = 0.0
+    position_error: float = 2.0  # m
+    velocity: float = 10.0  # m/s
+    angular_velocity: float = 35.0  # rad/s
+
+
+@dataclass
+class QuadrotorTaskConfig:
+    """A quadrotor task: what the reference is, how episodes start and end, the reward.
+
+    The reference position is ``hover_position`` (world FLU, m) for ``hover``; a waypoint
+    drawn uniformly in a cube of half-width ``waypoint_range`` around it for ``waypoint``;
+    for ``figure_eight`` the lemniscate ``x = A sin(wt), y = A/2 sin(2wt)`` around it with
+    ``A = figure_eight_amplitude`` and ``w = 2 pi / figure_eight_period``.
+    """
+
+    name: str = "hover"
+    episode_seconds: float = 5.0
+    hover_position: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    waypoint_range: float = 0.5
+    figure_eight_amplitude: float = 1.0
+    figure_eight_period: float = 6.0
+    init: InitConfig = field(default_factory=InitConfig)
+    termination: TerminationConfig = field(default_factory=TerminationConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        if self.name not in TASKS:
+            raise ValueError(f"unknown task {self.name!r}; choose one of {list(TASKS)}")
+        if self.episode_seconds <= 0:
+            raise ValueError(f"episode_seconds must be positive, got {self.episode_seconds}")
+        if self.figure_eight_period <= 0:
+            raise ValueError(f"figure_eight_period must be positive, got {self.figure_eight_period}")
+        self.hover_position = tuple(float(x) for x in self.hover_position)
+        if len(self.hover_position) != 3:
+            raise ValueError(f"hover_position must have 3 coordinates, got {self.hover_position}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "QuadrotorTaskConfig":
+        """Build from a plain dict (e.g. a Hydra node), rejecting unknown keys by name."""
+        return _from_dict(cls, dict(d))
+
+
+def _from_dict(cls, d: dict, path: str = ""):
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise ValueError(f"unknown config key(s) {[path + k for k in unknown]} for {cls.__name__}; "
+                         f"known: {sorted(known)}")
+    kwargs = {}
+    for k, v in d.items():
+        sub = {"init": InitConfig, "termination": TerminationConfig, "reward": RewardConfig}.get(k)
+        kwargs[k] = _from_dict(sub, dict(v), f"{path}{k}.") if sub and cls is QuadrotorTaskConfig else v
+    return cls(**kwargs)

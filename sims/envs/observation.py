@@ -1,0 +1,41 @@
+"""The deployable quadrotor observation, compatible with RAPTOR's foundation policy.
+
+``obs: (B, 22) float32``, all FLU:
+
+=======  ====================================================================
+0:3      position error p - p_ref, world frame, m
+3:12     rotation matrix body -> world, flattened row-major
+12:15    linear velocity error v - v_ref, world frame, m/s
+15:18    angular velocity, body frame, rad/s
+18:22    previous action, normalized motor commands in [-1, 1] (FR, BR, BL, FL)
+=======  ====================================================================
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sims.quadrotor.dynamics import OMEGA, POS, QUAT, VEL
+from sims.quadrotor.rotations import quat_to_rotmat
+
+OBS_DIM = 22
+OBS_SLICES = {
+    "position_error": slice(0, 3),
+    "rotation_matrix": slice(3, 12),
+    "velocity_error": slice(12, 15),
+    "angular_velocity": slice(15, 18),
+    "previous_action": slice(18, 22),
+}
+
+
+def observe(state: torch.Tensor, ref_position: torch.Tensor, ref_velocity: torch.Tensor,
+            previous_action: torch.Tensor) -> torch.Tensor:
+    """(B, 17) states, (B, 3) references, (B, 4) previous actions -> (B, 22) observations."""
+    B = state.shape[0]
+    return torch.cat([
+        state[:, POS] - ref_position,
+        quat_to_rotmat(state[:, QUAT]).reshape(B, 9),
+        state[:, VEL] - ref_velocity,
+        state[:, OMEGA],
+        previous_action,
+    ], dim=-1)

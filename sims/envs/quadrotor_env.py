@@ -1,0 +1,151 @@
+"""Gymnasium front ends of the quadrotor tasks: one env, and a native batched VectorEnv."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from sims.quadrotor.dynamics import ParamsBatch
+from sims.quadrotor.params import QuadrotorParams, preset
+
+from .config import QuadrotorTaskConfig
+from .observation import OBS_DIM
+from .task import BatchedQuadrotorTask, ParamSampler
+
+OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+
+def make_task_config(task: str | dict | QuadrotorTaskConfig, **overrides) -> QuadrotorTaskConfig:
+    """A task config from a task name (``hover``, ``waypoint``, ``figure_eight``), dict or config."""
+    if isinstance(task, QuadrotorTaskConfig):
+        return task
+    d = {"name": task} if isinstance(task, str) else dict(task)
+    d.update(overrides)
+    return QuadrotorTaskConfig.from_dict(d)
+
+
+def make_robot(robot: str | dict | QuadrotorParams) -> QuadrotorParams:
+    """Robot parameters from a preset name, a dict ``{preset: name, **field overrides}`` or params."""
+    if isinstance(robot, QuadrotorParams):
+        return robot
+    if isinstance(robot, str):
+        return preset(robot)
+    d = {k: v for k, v in dict(robot).items() if v is not None}  # null keeps the preset's value
+    if "preset" not in d:
+        raise ValueError(f"robot config {dict(robot)} needs a 'preset' (crazyflie, racer5, x500)")
+    return preset(d.pop("preset"), **d)
+
+
+def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_sampler: ParamSampler | None = None,
+                      dtype: torch.dtype = torch.float32) -> BatchedQuadrotorTask:
+    """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``)."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    params = ParamsBatch.from_params(make_robot(robot), num_envs, dtype=dtype)
+    return BatchedQuadrotorTask(make_task_config(task), params, param_sampler)
+
+
+class QuadrotorEnv(gym.Env):
+    """One quadrotor (``gymnasium.Env``). Observation (22,), action (4,), see ``sims.envs.observation``.
+
+    Args:
+        task: task name, dict or ``QuadrotorTaskConfig``.
+        robot: preset name, ``{preset: ..., field: value}`` or ``QuadrotorParams``.
+        param_sampler: optional domain randomization, drawn at every reset.
+        dtype: simulation dtype (observations are always float32).
+        render_mode: None or ``"rgb_array"`` (MuJoCo offscreen).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 100}
+
+    def __init__(self, task="hover", robot="crazyflie", param_sampler: ParamSampler | None = None,
+                 dtype: torch.dtype = torch.float64, render_mode: str | None = None):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode {render_mode!r} not supported; use None or 'rgb_array'")
+        self.core = make_batched_task(task, robot, 1, param_sampler, dtype)
+        self.observation_space = OBSERVATION_SPACE
+        self.action_space = ACTION_SPACE
+        self.render_mode = render_mode
+        self.metadata = dict(self.metadata, render_fps=int(round(1 / self.core.dt)))
+        self._renderer = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.core.seed(seed)
+        obs = self.core.reset()
+        return obs[0].numpy(), {}
+
+    def step(self, action):
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (4,):
+            raise ValueError(f"action has shape {a.shape}, expected (4,)")
+        r = self.core.step(torch.as_tensor(a)[None])
+        info = {"position_error": float(self.position_error()[0])}
+        return (r.obs[0].numpy(), float(r.reward[0]), bool(r.terminated[0]), bool(r.truncated[0]), info)
+
+    def position_error(self) -> np.ndarray:
+        ref, _ = self.core.reference()
+        return (self.core.state[:, :3] - ref).norm(dim=-1).numpy()
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        from sims.quadrotor.render import StateRenderer
+
+        if self._renderer is None:
+            self._renderer = StateRenderer(self.core.sim.params.to_params(0))
+        return self._renderer.render(self.core.state[0].numpy(), target=self.core.reference()[0][0].numpy())
+
+    def close(self):
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+
+class QuadrotorVectorEnv(VectorEnv):
+    """B quadrotors stepped by one batched simulator call (not a loop over single envs).
+
+    Autoreset is ``SAME_STEP``: an env that terminates or truncates is reset inside the same
+    ``step``; the returned observation is the new episode's first, and the last observation
+    of the finished episode is in ``info["final_obs"]`` (masked by ``info["_final_obs"]``).
+    ``info["position_error"]`` (B,) is the distance to the reference before any reset, m.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+
+    def __init__(self, num_envs: int = 1, task="hover", robot="crazyflie",
+                 param_sampler: ParamSampler | None = None, dtype: torch.dtype = torch.float32):
+        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype)
+        self.num_envs = num_envs
+        self.single_observation_space = OBSERVATION_SPACE
+        self.single_action_space = ACTION_SPACE
+        self.observation_space = batch_space(OBSERVATION_SPACE, num_envs)
+        self.action_space = batch_space(ACTION_SPACE, num_envs)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.core.seed(seed)
+            self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
+        return self.core.reset().numpy(), {}
+
+    def step(self, actions):
+        a = torch.as_tensor(np.asarray(actions), dtype=self.core.state.dtype)
+        if a.shape != (self.num_envs, 4):
+            raise ValueError(f"actions have shape {tuple(a.shape)}, expected ({self.num_envs}, 4)")
+        r = self.core.step(a)
+        ref, _ = self.core.reference()
+        info: dict[str, Any] = {"position_error": (self.core.state[:, :3] - ref).norm(dim=-1).numpy()}
+        done = r.terminated | r.truncated
+        obs = r.obs
+        if bool(done.any()):
+            info["final_obs"] = obs.numpy().copy()
+            info["_final_obs"] = done.numpy().copy()
+            obs = self.core.reset(done)
+        return obs.numpy(), r.reward.numpy(), r.terminated.numpy(), r.truncated.numpy(), info

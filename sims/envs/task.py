@@ -1,0 +1,171 @@
+"""The batched quadrotor task: references, resets, reward and termination over B envs.
+
+Both gymnasium front ends (``QuadrotorEnv`` for one env, ``QuadrotorVectorEnv`` for B)
+are thin layers over this class, so single and batched use share one implementation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from sims.quadrotor.batched import BatchedQuadrotorSim, check_action
+from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, STATE_DIM, VEL, ParamsBatch
+from sims.quadrotor.rotations import random_quat_within
+
+from .config import QuadrotorTaskConfig
+from .observation import observe
+
+ParamSampler = Callable[[int, np.random.Generator], ParamsBatch]
+
+
+@dataclass
+class StepResult:
+    """One batched step. Shapes: obs (B, 22), reward/terminated/truncated (B,)."""
+
+    obs: torch.Tensor
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+
+
+def _uniform_ball(n: int, radius: float, rng: np.random.Generator) -> np.ndarray:
+    d = rng.normal(size=(n, 3))
+    d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+    return d * radius * rng.uniform(size=(n, 1)) ** (1.0 / 3.0)
+
+
+class BatchedQuadrotorTask:
+    """B quadrotors flying one task.
+
+    Args:
+        config: the task.
+        params: per-env physical parameters (batch size B).
+        param_sampler: optional ``(n, rng) -> ParamsBatch``; when given, every reset draws
+            fresh parameters for the environments being reset (domain randomization).
+        dtype: simulation dtype.
+    """
+
+    def __init__(self, config: QuadrotorTaskConfig, params: ParamsBatch, param_sampler: ParamSampler | None = None):
+        self.config = config
+        self.sim = BatchedQuadrotorSim(params)
+        self.param_sampler = param_sampler
+        B, dt = params.batch_size, params.dt
+        f = dict(dtype=params.mass.dtype, device=params.mass.device)
+        self.max_steps = int(round(config.episode_seconds / dt))
+        self.steps = torch.zeros(B, dtype=torch.long)
+        self.origin = torch.tensor(config.hover_position, **f).expand(B, 3).clone()  # (B, 3) hover point / waypoint
+        self.previous_action = torch.zeros(B, 4, **f)
+        self.rng = np.random.default_rng()
+
+    @property
+    def num_envs(self) -> int:
+        return self.sim.batch_size
+
+    @property
+    def dt(self) -> float:
+        return self.sim.dt
+
+    @property
+    def state(self) -> torch.Tensor:
+        return self.sim.state
+
+    def seed(self, seed: int | None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    # References -----------------------------------------------------------
+    def reference(self, t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reference position (B, 3) and velocity (B, 3), world frame, at times ``t`` (B,) s."""
+        t = self.sim.time if t is None else t
+        if self.config.name != "figure_eight":
+            return self.origin, torch.zeros_like(self.origin)
+        A, w = self.config.figure_eight_amplitude, 2 * math.pi / self.config.figure_eight_period
+        wt = w * t
+        zero = torch.zeros_like(t)
+        pos = torch.stack([A * torch.sin(wt), 0.5 * A * torch.sin(2 * wt), zero], -1)
+        vel = torch.stack([A * w * torch.cos(wt), A * w * torch.cos(2 * wt), zero], -1)
+        return self.origin + pos, vel
+
+    def observe(self) -> torch.Tensor:
+        ref_p, ref_v = self.reference()
+        return observe(self.sim.state, ref_p, ref_v, self.previous_action).float()
+
+    # Reset ------------------------------------------------------------------
+    def reset(self, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Reset all envs (or those where ``mask`` (B,) is true); returns (B, 22) observations."""
+        idx = torch.arange(self.num_envs) if mask is None else mask.nonzero().flatten()
+        n = len(idx)
+        if n == 0:
+            return self.observe()
+        cfg, rng = self.config, self.rng
+        if self.param_sampler is not None:
+            self._assign_params(idx, self.param_sampler(n, rng))
+        p = self.sim.params
+        f = dict(dtype=p.mass.dtype, device=p.mass.device)
+        hover = tuple(cfg.hover_position)
+        if cfg.name == "waypoint":
+            hover_t = torch.tensor(hover, **f)
+            self.origin[idx] = hover_t + torch.as_tensor(rng.uniform(-cfg.waypoint_range, cfg.waypoint_range, (n, 3)), **f)
+        s = torch.zeros(n, STATE_DIM, **f)
+        # Episodes start around the hover point; for waypoints the target is elsewhere.
+        s[:, POS] = torch.tensor(hover, **f) + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
+        g = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        s[:, QUAT] = random_quat_within(math.radians(cfg.init.angle_deg), n, g, dtype=s.dtype)
+        s[:, VEL] = torch.as_tensor(_uniform_ball(n, cfg.init.velocity, rng), **f)
+        s[:, OMEGA] = torch.as_tensor(_uniform_ball(n, cfg.init.angular_velocity, rng), **f)
+        hover_cmd = p.hover_command()[idx]
+        if cfg.init.motors_at_hover:
+            s[:, MOTOR] = hover_cmd[:, None]
+        else:
+            s[:, MOTOR] = torch.as_tensor(rng.uniform(0, 1, (n, 4)), **f)
+        full_mask = torch.zeros(self.num_envs, dtype=torch.bool)
+        full_mask[idx] = True
+        self.sim.reset(s, full_mask)
+        self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
+        self.steps[idx] = 0
+        return self.observe()
+
+    def _assign_params(self, idx: torch.Tensor, new: ParamsBatch) -> None:
+        p = self.sim.params
+        if new.dt != p.dt:
+            raise ValueError(f"sampled parameters have dt={new.dt}, task runs at dt={p.dt}")
+        for name, value in vars(new).items():
+            if name != "dt":
+                getattr(p, name)[idx] = value.to(getattr(p, name).dtype)
+
+    # Step ------------------------------------------------------------------
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Apply (B, 4) actions in [-1, 1] (clipped); no automatic reset."""
+        action = torch.as_tensor(action, dtype=self.sim.state.dtype)
+        check_action(action, self.num_envs)
+        action = action.clamp(-1.0, 1.0)
+        self.sim.step(action, validate=False)
+        self.steps += 1
+        reward, terminated = self._reward_and_termination(action)
+        self.previous_action = action
+        truncated = (self.steps >= self.max_steps) & ~terminated
+        return StepResult(self.observe(), reward.float(), terminated, truncated)
+
+    def _reward_and_termination(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg, s = self.config, self.sim.state
+        ref_p, ref_v = self.reference()
+        e_p = s[:, POS] - ref_p
+        e_v = s[:, VEL] - ref_v
+        w = s[:, OMEGA]
+        hover_action = 2 * self.sim.params.hover_command() - 1
+        r = cfg.reward
+        cost = (r.position * (e_p * e_p).sum(-1) + r.orientation * (1 - s[:, 3] ** 2)
+                + r.velocity * (e_v * e_v).sum(-1) + r.angular_velocity * (w * w).sum(-1)
+                + r.action * ((action - hover_action[:, None]) ** 2).sum(-1))
+        reward = r.scale * (r.constant - cost)
+        t = cfg.termination
+        terminated = ((e_p.norm(dim=-1) > t.position_error) | (s[:, VEL].norm(dim=-1) > t.velocity)
+                      | (w.norm(dim=-1) > t.angular_velocity) | ~torch.isfinite(s).all(-1))
+        if t.floor:
+            terminated |= s[:, 2] < t.floor_z
+        reward = torch.where(terminated, reward - r.termination_penalty, reward)
+        return torch.nan_to_num(reward, nan=-r.termination_penalty), terminated

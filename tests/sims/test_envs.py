@@ -1,0 +1,116 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import sims  # noqa: F401  (registers robo/ envs)
+from sims.envs import ENV_IDS, OBS_SLICES, QuadrotorEnv, QuadrotorVectorEnv, make_task_config
+from sims.quadrotor import preset
+
+
+@pytest.mark.parametrize("env_id", sorted(ENV_IDS.values()))
+def test_single_envs_pass_gymnasium_and_sb3_checkers(env_id):
+    env = gym.make(env_id)
+    check_env(env.unwrapped, skip_render_check=True)
+    sb3_check_env(env.unwrapped, warn=False)
+
+
+@pytest.mark.parametrize("task", sorted(ENV_IDS))
+def test_make_vec_gives_the_native_batched_env(task):
+    venv = gym.make_vec(ENV_IDS[task], num_envs=16, vectorization_mode="vector_entry_point")
+    assert isinstance(venv, QuadrotorVectorEnv)
+    obs, _ = venv.reset(seed=0)
+    assert obs.shape == (16, 22) and obs.dtype == np.float32
+    obs, rew, term, trunc, info = venv.step(np.zeros((16, 4), np.float32))
+    assert rew.shape == term.shape == trunc.shape == (16,)
+    assert venv.observation_space.contains(obs)
+
+
+def test_observation_layout_at_reset():
+    env = QuadrotorEnv("hover")
+    obs, _ = env.reset(seed=3)
+    s = env.core.state[0].numpy()
+    np.testing.assert_allclose(obs[OBS_SLICES["position_error"]], s[:3] - np.array([0, 0, 1.0]), atol=1e-6)
+    R = obs[OBS_SLICES["rotation_matrix"]].reshape(3, 3)
+    np.testing.assert_allclose(R @ R.T, np.eye(3), atol=1e-6)
+    assert np.linalg.norm(obs[OBS_SLICES["position_error"]]) <= 0.5 + 1e-6
+    assert np.degrees(np.arccos(np.clip(R[2, 2], -1, 1))) <= 30 + 1e-3  # tilt within 30 deg
+    np.testing.assert_allclose(obs[OBS_SLICES["previous_action"]], preset("crazyflie").hover_action, atol=1e-6)
+
+
+def test_same_seed_same_episode_and_different_seed_differs():
+    a, b = QuadrotorEnv("waypoint"), QuadrotorEnv("waypoint")
+    oa, _ = a.reset(seed=7)
+    ob, _ = b.reset(seed=7)
+    np.testing.assert_array_equal(oa, ob)
+    oc, _ = b.reset(seed=8)
+    assert not np.allclose(oa, oc)
+
+
+def test_truncation_after_episode_time():
+    env = QuadrotorEnv(make_task_config("hover", episode_seconds=0.3, init={"position_radius": 0.0, "angle_deg": 0.0}))
+    env.reset(seed=0)
+    hover = np.full(4, preset("crazyflie").hover_action, np.float32)
+    flags = [env.step(hover)[3] for _ in range(30)]
+    assert flags == [False] * 29 + [True]
+
+
+def test_motors_off_crashes_into_the_floor():
+    env = QuadrotorEnv("hover")
+    env.reset(seed=0)
+    for k in range(200):
+        _, _, terminated, truncated, _ = env.step(-np.ones(4, np.float32))
+        if terminated:
+            break
+    assert terminated and not truncated and env.core.state[0, 2] < 0.0
+    assert 40 < k < 80  # falling ~1 m takes ~0.45 s plus the motors' spin-down
+
+
+def test_vector_env_autoresets_in_the_same_step():
+    venv = QuadrotorVectorEnv(4, make_task_config("hover", episode_seconds=0.05))
+    venv.reset(seed=0)
+    a = np.zeros((4, 4), np.float32)
+    for _ in range(4):
+        _, _, _, trunc, info = venv.step(a)
+        assert not trunc.any() and "final_obs" not in info
+    obs, _, _, trunc, info = venv.step(a)
+    assert trunc.all() and info["_final_obs"].all()
+    assert not np.allclose(obs, info["final_obs"])
+    assert (venv.core.steps == 0).all()
+
+
+def test_vector_env_rejects_bad_actions():
+    venv = QuadrotorVectorEnv(3)
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match=r"actions have shape \(3, 2\), expected \(3, 4\)"):
+        venv.step(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="NaN"):
+        venv.step(np.full((3, 4), np.nan))
+
+
+def test_reward_is_highest_at_the_reference():
+    venv = QuadrotorVectorEnv(2, make_task_config("hover", init={"position_radius": 0.0, "angle_deg": 0.0}))
+    venv.reset(seed=0)
+    venv.core.sim.state[1, 0] += 0.3
+    _, rew, _, _, _ = venv.step(np.full((2, 4), preset("crazyflie").hover_action, np.float32))
+    assert rew[0] > rew[1]
+
+
+def test_figure_eight_reference_passes_its_extremes():
+    venv = QuadrotorVectorEnv(1, "figure_eight")
+    t = torch.linspace(0, 6.0, 601, dtype=torch.float32)
+    venv.core.origin = venv.core.origin.expand(601, 3)
+    pos, vel = venv.core.reference(t)
+    assert pos[:, 0].max() == pytest.approx(1.0, abs=1e-3) and pos[:, 1].max() == pytest.approx(0.5, abs=1e-3)
+    np.testing.assert_allclose(pos[0].numpy(), pos[-1].numpy(), atol=1e-5)  # closed curve
+    # velocity is the derivative of position
+    np.testing.assert_allclose(np.gradient(pos[:, 0].numpy(), 0.01), vel[:, 0].numpy(), atol=1e-2)
+
+
+def test_bad_task_config_is_rejected_by_name():
+    with pytest.raises(ValueError, match="unknown task 'loop'"):
+        make_task_config("loop")
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['init.radius'\]"):
+        make_task_config("hover", init={"radius": 1.0})
