@@ -12,9 +12,10 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -24,20 +25,15 @@ CONFIG = "config.json"
 FORMAT_VERSION = 1
 
 
-def save_checkpoint(directory: str | Path, kind: str, config: Any, tensors: dict[str, torch.Tensor],
-                    metadata: dict | None = None) -> Path:
-    """Atomically write ``tensors`` and ``config`` (a dataclass or dict) into ``directory``."""
+@contextmanager
+def atomic_directory(directory: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder beside ``directory``; on success it replaces ``directory``
+    by rename, on error it is removed and ``directory`` is left untouched."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    cfg = asdict(config) if is_dataclass(config) else dict(config)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / WEIGHTS))
-        doc = {"format_version": FORMAT_VERSION, "kind": kind, "config": cfg, "metadata": metadata or {}}
-        with open(tmp / CONFIG, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         old = None
         if directory.exists():
             old = directory.parent / f".{directory.name}.old-{os.getpid()}"
@@ -48,7 +44,20 @@ def save_checkpoint(directory: str | Path, kind: str, config: Any, tensors: dict
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return directory
+
+
+def save_checkpoint(directory: str | Path, kind: str, config: Any, tensors: dict[str, torch.Tensor],
+                    metadata: dict | None = None) -> Path:
+    """Atomically write ``tensors`` and ``config`` (a dataclass or dict) into ``directory``."""
+    cfg = asdict(config) if is_dataclass(config) else dict(config)
+    with atomic_directory(directory) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / WEIGHTS))
+        doc = {"format_version": FORMAT_VERSION, "kind": kind, "config": cfg, "metadata": metadata or {}}
+        with open(tmp / CONFIG, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+    return Path(directory)
 
 
 def load_checkpoint(directory: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], dict]:

@@ -10,12 +10,14 @@ TASKS = ("hover", "waypoint", "figure_eight")
 
 @dataclass
 class RewardConfig:
-    """Per-step reward ``scale * (constant - cost)``, cost a weighted sum of squares.
+    """Per-step reward ``constant - scale * cost``, cost a weighted sum of squares:
 
     cost = position * |p - p_ref|^2 + orientation * (1 - q_w^2) + velocity * |v - v_ref|^2
            + angular_velocity * |w|^2 + action * |a - a_hover|^2
-    On termination ``termination_penalty`` is subtracted once.
-    Defaults follow RLtools l2f's squared reward (Learning to Fly in Seconds).
+
+    On the step that terminates an episode the reward is ``-termination_penalty`` instead.
+    Defaults follow RLtools l2f's squared reward (Learning to Fly in Seconds), with the
+    action weight converted from throttle units (u in [0, 1]) to action units (a in [-1, 1]).
     """
 
     scale: float = 0.1
@@ -24,7 +26,7 @@ class RewardConfig:
     orientation: float = 2.5
     velocity: float = 1.0
     angular_velocity: float = 0.0
-    action: float = 2.0
+    action: float = 0.5
     termination_penalty: float = 0.0
 
 

@@ -39,3 +39,31 @@ def observe(state: torch.Tensor, ref_position: torch.Tensor, ref_velocity: torch
         state[:, OMEGA],
         previous_action,
     ], dim=-1)
+
+
+PRIVILEGED_DIM = 14
+
+
+def privileged_observation(state: torch.Tensor, params) -> torch.Tensor:
+    """(B, 14) privileged features for an asymmetric critic (never for a deployable actor).
+
+    Motor states (4) in [-1, 1]; log mass (kg); thrust-to-weight; hover command in [-1, 1];
+    log principal inertia diagonal (3, kg m^2); mean rising and falling motor time constants
+    (s, x10); mean torque constant (m, x100); log arm length (m).
+    """
+    from sims.quadrotor.dynamics import MOTOR
+
+    g = params.gravity.norm(dim=-1)
+    max_thrust = params.thrust_curve.sum(dim=(1, 2))
+    J = torch.diagonal(params.inertia, dim1=-2, dim2=-1)
+    return torch.cat([
+        2 * state[:, MOTOR] - 1,
+        params.mass.log()[:, None],
+        (max_thrust / (params.mass * g))[:, None],
+        (2 * params.hover_command() - 1)[:, None],
+        J.log(),
+        10 * params.tau_rising.mean(-1, keepdim=True),
+        10 * params.tau_falling.mean(-1, keepdim=True),
+        100 * params.torque_constant.mean(-1, keepdim=True),
+        params.rotor_positions.norm(dim=-1).mean(-1, keepdim=True).log(),
+    ], dim=-1)

@@ -14,7 +14,7 @@ from sims.quadrotor.dynamics import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams, preset
 
 from .config import QuadrotorTaskConfig
-from .observation import OBS_DIM
+from .observation import OBS_DIM, PRIVILEGED_DIM
 from .task import BatchedQuadrotorTask, ParamSampler
 
 OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -43,12 +43,12 @@ def make_robot(robot: str | dict | QuadrotorParams) -> QuadrotorParams:
 
 
 def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_sampler: ParamSampler | None = None,
-                      dtype: torch.dtype = torch.float32) -> BatchedQuadrotorTask:
+                      dtype: torch.dtype = torch.float32, privileged: bool = False) -> BatchedQuadrotorTask:
     """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``)."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     params = ParamsBatch.from_params(make_robot(robot), num_envs, dtype=dtype)
-    return BatchedQuadrotorTask(make_task_config(task), params, param_sampler)
+    return BatchedQuadrotorTask(make_task_config(task), params, param_sampler, privileged)
 
 
 class QuadrotorEnv(gym.Env):
@@ -116,17 +116,21 @@ class QuadrotorVectorEnv(VectorEnv):
     ``step``; the returned observation is the new episode's first, and the last observation
     of the finished episode is in ``info["final_obs"]`` (masked by ``info["_final_obs"]``).
     ``info["position_error"]`` (B,) is the distance to the reference before any reset, m.
+    With ``privileged=True`` observations are (B, 22 + 14): the deployable 22 floats followed
+    by ``privileged_observation`` for an asymmetric critic.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 1, task="hover", robot="crazyflie",
-                 param_sampler: ParamSampler | None = None, dtype: torch.dtype = torch.float32):
-        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype)
+                 param_sampler: ParamSampler | None = None, dtype: torch.dtype = torch.float32,
+                 privileged: bool = False):
+        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged)
         self.num_envs = num_envs
-        self.single_observation_space = OBSERVATION_SPACE
+        obs_dim = OBS_DIM + (PRIVILEGED_DIM if privileged else 0)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
         self.single_action_space = ACTION_SPACE
-        self.observation_space = batch_space(OBSERVATION_SPACE, num_envs)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(ACTION_SPACE, num_envs)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

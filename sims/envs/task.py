@@ -18,7 +18,7 @@ from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, STATE_DIM, VEL, Par
 from sims.quadrotor.rotations import random_quat_within
 
 from .config import QuadrotorTaskConfig
-from .observation import observe
+from .observation import observe, privileged_observation
 
 ParamSampler = Callable[[int, np.random.Generator], ParamsBatch]
 
@@ -47,11 +47,14 @@ class BatchedQuadrotorTask:
         params: per-env physical parameters (batch size B).
         param_sampler: optional ``(n, rng) -> ParamsBatch``; when given, every reset draws
             fresh parameters for the environments being reset (domain randomization).
-        dtype: simulation dtype.
+        privileged: append ``privileged_observation`` (B, 14) to every observation, for
+            asymmetric actor-critic training (the actor reads only the first 22 floats).
     """
 
-    def __init__(self, config: QuadrotorTaskConfig, params: ParamsBatch, param_sampler: ParamSampler | None = None):
+    def __init__(self, config: QuadrotorTaskConfig, params: ParamsBatch, param_sampler: ParamSampler | None = None,
+                 privileged: bool = False):
         self.config = config
+        self.privileged = privileged
         self.sim = BatchedQuadrotorSim(params)
         self.param_sampler = param_sampler
         B, dt = params.batch_size, params.dt
@@ -91,8 +94,12 @@ class BatchedQuadrotorTask:
         return self.origin + pos, vel
 
     def observe(self) -> torch.Tensor:
+        """(B, 22) deployable observations, or (B, 22 + 14) with privileged features appended."""
         ref_p, ref_v = self.reference()
-        return observe(self.sim.state, ref_p, ref_v, self.previous_action).float()
+        obs = observe(self.sim.state, ref_p, ref_v, self.previous_action)
+        if self.privileged:
+            obs = torch.cat([obs, privileged_observation(self.sim.state, self.sim.params)], -1)
+        return obs.float()
 
     # Reset ------------------------------------------------------------------
     def reset(self, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -161,11 +168,11 @@ class BatchedQuadrotorTask:
         cost = (r.position * (e_p * e_p).sum(-1) + r.orientation * (1 - s[:, 3] ** 2)
                 + r.velocity * (e_v * e_v).sum(-1) + r.angular_velocity * (w * w).sum(-1)
                 + r.action * ((action - hover_action[:, None]) ** 2).sum(-1))
-        reward = r.scale * (r.constant - cost)
+        reward = r.constant - r.scale * cost
         t = cfg.termination
         terminated = ((e_p.norm(dim=-1) > t.position_error) | (s[:, VEL].norm(dim=-1) > t.velocity)
                       | (w.norm(dim=-1) > t.angular_velocity) | ~torch.isfinite(s).all(-1))
         if t.floor:
             terminated |= s[:, 2] < t.floor_z
-        reward = torch.where(terminated, reward - r.termination_penalty, reward)
+        reward = torch.where(terminated, torch.full_like(reward, -r.termination_penalty), reward)
         return torch.nan_to_num(reward, nan=-r.termination_penalty), terminated

@@ -1,0 +1,33 @@
+# robo: the two set-up commands of the README are `make run` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export MUJOCO_GL ?= egl
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup run test test-all bench clean
+
+setup: $(VENV)/.installed
+
+# Headless MuJoCo rendering needs Mesa's EGL (Debian: libegl1 libegl-mesa0).
+# torch==2.13.0 is installed first: it is the local CPU wheel (any other version pulls CUDA).
+$(VENV)/.installed: pyproject.toml
+	@ldconfig -p | grep -q libEGL_mesa || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libegl1 libegl-mesa0; }
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+run: setup          ## main job: RAPTOR hovering a Crazyflie in the batched sim -> runs/eval/<time>/
+	$(VENV)/bin/robo eval +experiment=hover_raptor
+
+test: setup         ## default suite (CI); `make test-all` adds the slow tests
+	$(PY) -m pytest -q
+
+test-all: setup
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: setup        ## simulator throughput table
+	$(PY) benchmarks/sim_throughput.py
+
+clean:
+	rm -rf $(VENV) runs multirun .pytest_cache
