@@ -19,13 +19,12 @@ mapped to ``u = (a + 1) / 2``. Thrust acts on the lagged motor state (``m``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from .params import QuadrotorParams, stack_field
-from .rotations import quat_rotate
 
 STATE_DIM = 17
 ACTION_DIM = 4
@@ -133,35 +132,77 @@ def rotor_thrusts(motor: torch.Tensor, p: ParamsBatch) -> torch.Tensor:
     return c[..., 0] + motor * (c[..., 1] + motor * c[..., 2])
 
 
+# The integrator works in a batch-last ("structure of arrays") layout: a state is (17, B),
+# and every parameter is permuted so that each scalar field is a contiguous (B,) row. On
+# CPU, elementwise ops over contiguous rows are several times faster than the same ops on
+# (B, 3) / (B, 4) views with stride 17, and tiny (3x3, 6x4) batched mat-vecs become a few
+# broadcast multiply-adds instead of ``bmm`` calls.
+class _RowParams(NamedTuple):
+    mass: torch.Tensor  # (1, B)
+    gravity: torch.Tensor  # (3, B)
+    inertia_cols: torch.Tensor  # (3, 3, B): [k] is column k of the inertia
+    inertia_inv_cols: torch.Tensor  # (3, 3, B)
+    mixer_cols: torch.Tensor  # (4, 6, B): [j] is the body wrench of unit thrust on rotor j
+    curve: torch.Tensor  # (3, 4, B): [i] is coefficient c_i of the four motors
+    tau_rising: torch.Tensor  # (4, B)
+    tau_falling: torch.Tensor  # (4, B)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """Reverse all dimensions, contiguous: (B, ...) -> (..., B), and back."""
+    return x.permute(*reversed(range(x.dim()))).contiguous()
+
+
+def _row_params(p: ParamsBatch) -> _RowParams:
+    return _RowParams(p.mass[None], _rows(p.gravity), _rows(p.inertia), _rows(p.inertia_inv), _rows(p.mixer),
+                      _rows(p.thrust_curve), _rows(p.tau_rising), _rows(p.tau_falling))
+
+
+def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cross product of (3, B) vectors stored as rows."""
+    if a.shape[-1] < 512:  # few environments: one kernel call beats five
+        return torch.linalg.cross(a, b, dim=0)
+    a2, b2 = torch.cat([a, a[:2]]), torch.cat([b, b[:2]])  # (5, B): rows x y z x y
+    return a2[1:4] * b2[2:5] - a2[2:5] * b2[1:4]
+
+
+def _matvec(cols: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """sum_k cols[k] * x[k]: (K, R, B), (K, B) -> (R, B)."""
+    out = cols[0] * x[0]
+    for k in range(1, cols.shape[0]):
+        out = out + cols[k] * x[k]
+    return out
+
+
+def _derivative_rows(x: torch.Tensor, u: torch.Tensor, p: _RowParams, ext: torch.Tensor | None) -> torch.Tensor:
+    """``state_derivative`` in the batch-last layout: x (17, B), u (4, B), ext (3, B) -> (17, B)."""
+    qw, qv, v, w, m = x[3:4], x[4:7], x[7:10], x[10:13], x[13:17]
+    c = p.curve
+    wrench = _matvec(p.mixer_cols, c[0] + m * (c[1] + m * c[2]))  # (6, B) body
+    f = wrench[:3]
+    t = 2 * _cross(qv, f)  # rotate f body -> world: f + qw t + qv x t
+    force_world = f + qw * t + _cross(qv, t)
+    if ext is not None:
+        force_world = force_world + ext
+    acc = force_world / p.mass + p.gravity
+    Jw = _matvec(p.inertia_cols, w)
+    wdot = _matvec(p.inertia_inv_cols, wrench[3:] - _cross(w, Jw))
+    # q_dot = 0.5 * q (x) (0, w) = 0.5 * (-qv . w, qw w + qv x w)
+    qdot_w = (qv * w).sum(0, keepdim=True) * -0.5
+    qdot_v = (qw * w + _cross(qv, w)) * 0.5
+    tau = torch.where(u >= m, p.tau_rising, p.tau_falling)
+    mdot = (u - m) / tau
+    return torch.cat([v, qdot_w, qdot_v, acc, wdot, mdot])
+
+
 def state_derivative(state: torch.Tensor, motor_command: torch.Tensor, p: ParamsBatch,
                      external_force: torch.Tensor | None = None) -> torch.Tensor:
     """Time derivative of ``state`` (B, 17) under normalized motor commands (B, 4) in [0, 1].
 
     ``external_force`` (B, 3) is an optional world-frame force in N (disturbances, pushes).
     """
-    q = state[:, QUAT]
-    v = state[:, VEL]
-    w = state[:, OMEGA]
-    m = state[:, MOTOR]
-    wrench = torch.bmm(p.mixer, rotor_thrusts(m, p).unsqueeze(-1)).squeeze(-1)  # (B, 6) body
-    force_world = quat_rotate(q, wrench[:, :3])
-    if external_force is not None:
-        force_world = force_world + external_force
-    acc = force_world / p.mass[:, None] + p.gravity
-    Jw = torch.bmm(p.inertia, w.unsqueeze(-1)).squeeze(-1)
-    wdot = torch.bmm(p.inertia_inv, (wrench[:, 3:] - torch.cross(w, Jw, dim=-1)).unsqueeze(-1)).squeeze(-1)
-    # q_dot = 0.5 * q (x) (0, w)
-    qw, qx, qy, qz = q.unbind(-1)
-    wx, wy, wz = w.unbind(-1)
-    qdot = 0.5 * torch.stack([
-        -qx * wx - qy * wy - qz * wz,
-        qw * wx + qy * wz - qz * wy,
-        qw * wy - qx * wz + qz * wx,
-        qw * wz + qx * wy - qy * wx,
-    ], -1)
-    tau = torch.where(motor_command >= m, p.tau_rising, p.tau_falling)
-    mdot = (motor_command - m) / tau
-    return torch.cat([v, qdot, acc, wdot, mdot], dim=-1)
+    ext = None if external_force is None else _rows(external_force)
+    return _rows(_derivative_rows(_rows(state), _rows(motor_command), _row_params(p), ext))
 
 
 def action_to_command(action: torch.Tensor) -> torch.Tensor:
@@ -176,16 +217,19 @@ def rk4_step(state: torch.Tensor, action: torch.Tensor, p: ParamsBatch,
     The motor command is held over the step (zero-order hold). After integration the
     quaternion is renormalized and motor states are clamped to [0, 1].
     """
-    u = action_to_command(action)
+    u = _rows(action_to_command(action))
+    rp = _row_params(p)
+    ext = None if external_force is None else _rows(external_force)
+    x = _rows(state)
     dt = p.dt
-    k1 = state_derivative(state, u, p, external_force)
-    k2 = state_derivative(state + (0.5 * dt) * k1, u, p, external_force)
-    k3 = state_derivative(state + (0.5 * dt) * k2, u, p, external_force)
-    k4 = state_derivative(state + dt * k3, u, p, external_force)
-    nxt = state + (dt / 6.0) * (k1 + 2 * (k2 + k3) + k4)
-    q = nxt[:, QUAT]
-    nxt = torch.cat([nxt[:, :3], q / q.norm(dim=-1, keepdim=True), nxt[:, 7:13], nxt[:, MOTOR].clamp(0.0, 1.0)], -1)
-    return nxt
+    k1 = _derivative_rows(x, u, rp, ext)
+    k2 = _derivative_rows(torch.add(x, k1, alpha=0.5 * dt), u, rp, ext)
+    k3 = _derivative_rows(torch.add(x, k2, alpha=0.5 * dt), u, rp, ext)
+    k4 = _derivative_rows(torch.add(x, k3, alpha=dt), u, rp, ext)
+    nxt = torch.add(x, k1 + 2 * (k2 + k3) + k4, alpha=dt / 6.0)
+    q = nxt[3:7]
+    q = q / (q * q).sum(0, keepdim=True).sqrt()
+    return _rows(torch.cat([nxt[:3], q, nxt[7:13], nxt[13:17].clamp(0.0, 1.0)]))
 
 
 def hover_state(p: ParamsBatch, position: torch.Tensor | None = None) -> torch.Tensor:
