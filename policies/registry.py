@@ -7,8 +7,9 @@ from pathlib import Path
 from .base import Policy
 from .checkpoint import load_checkpoint
 from .foundation import FoundationPolicy
+from .mlp import MLPPolicy
 
-POLICY_CLASSES = {FoundationPolicy.kind: FoundationPolicy}
+POLICY_CLASSES = {cls.kind: cls for cls in (FoundationPolicy, MLPPolicy)}
 
 
 def load_policy(directory: str | Path) -> Policy:

@@ -7,6 +7,8 @@ Each command has a Hydra config of its own name in ``configs/`` (shipped as
     robo eval                                  # RAPTOR hovering a Crazyflie, 256 envs
     robo eval robot=x500 task=figure_eight seconds=12
     robo eval -m robot=crazyflie,racer5,x500   # a sweep, one run folder per job
+    robo train task=hover algo=td3 robot=crazyflie curriculum=scheduled
+    robo train resume=runs/train/<time>        # continue a killed run
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import importlib
 import sys
 from pathlib import Path
 
-COMMANDS = {"eval": "robo.commands.eval"}
+COMMANDS = {"eval": "robo.commands.eval", "train": "robo.commands.train"}
 USAGE = "usage: robo <command> [key=value ...] [-m]\ncommands: " + ", ".join(COMMANDS)
 
 

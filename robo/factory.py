@@ -22,7 +22,8 @@ def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], 
         raise ValueError(f"sim.backend={sim.get('backend')!r}: only 'batched' can fly batched tasks")
     if sim.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"sim.dtype={sim.get('dtype')!r}; choose one of {sorted(DTYPES)}")
-    t = make_batched_task(dict(task), dict(robot), num_envs, None, DTYPES[sim.get("dtype", "float32")])
+    t = make_batched_task(dict(task), dict(robot), num_envs, dtype=DTYPES[sim.get("dtype", "float32")],
+                          randomization=sim.get("randomization"))
     t.seed(seed)
     return t
 

@@ -12,6 +12,7 @@ from gymnasium.vector.utils import batch_space
 
 from sims.quadrotor.dynamics import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams, preset
+from sims.quadrotor.randomization import RandomizationConfig, sample_params
 
 from .config import QuadrotorTaskConfig
 from .observation import OBS_DIM, PRIVILEGED_DIM
@@ -42,9 +43,25 @@ def make_robot(robot: str | dict | QuadrotorParams) -> QuadrotorParams:
     return preset(d.pop("preset"), **d)
 
 
+def randomization_sampler(randomization: RandomizationConfig | dict, dtype: torch.dtype = torch.float32) -> ParamSampler:
+    """A ``(n, rng) -> ParamsBatch`` sampler drawing domain-randomized quadrotors."""
+    cfg = randomization if isinstance(randomization, RandomizationConfig) else RandomizationConfig.from_dict(
+        dict(randomization))
+    return lambda n, rng: sample_params(cfg, n, rng, dtype=dtype)
+
+
 def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_sampler: ParamSampler | None = None,
-                      dtype: torch.dtype = torch.float32, privileged: bool = False) -> BatchedQuadrotorTask:
-    """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``)."""
+                      dtype: torch.dtype = torch.float32, privileged: bool = False,
+                      randomization: RandomizationConfig | dict | None = None) -> BatchedQuadrotorTask:
+    """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``).
+
+    ``randomization`` (a ``RandomizationConfig`` or its dict) draws new parameters for every
+    env at every reset; ``param_sampler`` is the general form of the same hook.
+    """
+    if randomization is not None:
+        if param_sampler is not None:
+            raise ValueError("give either randomization or param_sampler, not both")
+        param_sampler = randomization_sampler(randomization, dtype)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     params = ParamsBatch.from_params(make_robot(robot), num_envs, dtype=dtype)
@@ -57,7 +74,8 @@ class QuadrotorEnv(gym.Env):
     Args:
         task: task name, dict or ``QuadrotorTaskConfig``.
         robot: preset name, ``{preset: ..., field: value}`` or ``QuadrotorParams``.
-        param_sampler: optional domain randomization, drawn at every reset.
+        param_sampler: optional ``(n, rng) -> ParamsBatch`` drawn at every reset.
+        randomization: domain randomization (``RandomizationConfig`` or dict), drawn at every reset.
         dtype: simulation dtype (observations are always float32).
         render_mode: None or ``"rgb_array"`` (MuJoCo offscreen).
     """
@@ -65,10 +83,11 @@ class QuadrotorEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 100}
 
     def __init__(self, task="hover", robot="crazyflie", param_sampler: ParamSampler | None = None,
-                 dtype: torch.dtype = torch.float64, render_mode: str | None = None):
+                 dtype: torch.dtype = torch.float64, render_mode: str | None = None,
+                 randomization: RandomizationConfig | dict | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r} not supported; use None or 'rgb_array'")
-        self.core = make_batched_task(task, robot, 1, param_sampler, dtype)
+        self.core = make_batched_task(task, robot, 1, param_sampler, dtype, randomization=randomization)
         self.observation_space = OBSERVATION_SPACE
         self.action_space = ACTION_SPACE
         self.render_mode = render_mode
@@ -124,8 +143,8 @@ class QuadrotorVectorEnv(VectorEnv):
 
     def __init__(self, num_envs: int = 1, task="hover", robot="crazyflie",
                  param_sampler: ParamSampler | None = None, dtype: torch.dtype = torch.float32,
-                 privileged: bool = False):
-        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged)
+                 privileged: bool = False, randomization: RandomizationConfig | dict | None = None):
+        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged, randomization)
         self.num_envs = num_envs
         obs_dim = OBS_DIM + (PRIVILEGED_DIM if privileged else 0)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)

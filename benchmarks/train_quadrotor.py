@@ -1,0 +1,156 @@
+"""Issue 3's measurements: train quadrotor policies from scratch and print one table.
+
+Rows:
+- hover, curriculum none / scheduled, seeds 0..S-1: wall-clock time and env steps until the
+  Crazyflie hover policy reaches median final error < 5 cm and 0 crashes on 256 evaluation
+  envs from random starts (0.5 m, 30 deg); measured at evaluations every ``--eval-every`` steps
+  (wall time includes the evaluations).
+- robustness of the first seed's hover policy: nominal, +-20 % mass and thrust, and a push.
+- figure-eight tracking RMSE of a policy trained on ``task=figure_eight``.
+
+    python benchmarks/train_quadrotor.py                 # full (tens of minutes on 2 cores)
+    python benchmarks/train_quadrotor.py --seeds 1 --max-steps 200000 --skip-figure-eight
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from robo.evaluate import flight_metrics, rollout
+from robo.rl.trainer import Trainer
+from sims.envs import make_batched_task
+from sims.quadrotor import ParamsBatch, preset
+
+LEARNING_TO_FLY_SECONDS = 18.0
+
+
+def train_config(overrides: list[str]) -> dict:
+    with initialize_config_module("robo.configs", version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def train(overrides: list[str], out: Path) -> tuple[Trainer, dict, float]:
+    c = train_config(overrides)
+    t0 = time.time()
+    trainer = Trainer(c, out)
+    final = trainer.train(progress=False)
+    return trainer, final, time.time() - t0
+
+
+def time_to_hover(curriculum: str, seed: int, args, out: Path) -> dict:
+    trainer, final, wall = train([
+        f"curriculum={curriculum}", f"seed={seed}", f"total_steps={args.max_steps}", f"eval_every={args.eval_every}",
+        f"checkpoint_every={args.max_steps}", "stop.median_position_error=0.05", "stop.crashes=0",
+    ], out / f"hover_{curriculum}_{seed}")
+    hit = next((h for h in trainer.history if h["final_median_position_error"] < 0.05 and h["crashes"] == 0), None)
+    return {"curriculum": curriculum, "seed": seed, "reached": hit is not None,
+            "steps": hit["step"] if hit else None, "wall_s": hit["wall_time"] if hit else None,
+            "final_error": final["final_median_position_error"], "trainer": trainer, "total_wall": wall}
+
+
+def robustness(policy, seed: int = 0, n: int = 256) -> dict[str, dict]:
+    """Hover from random starts on: nominal Crazyflie; mass and thrust each scaled by U(0.8, 1.2)
+    per env; and a push: a 0.1 s force at t = 1 s giving a velocity change of 1 m/s
+    (an impulse of 0.0306 N s on the 30.6 g Crazyflie)."""
+    cf = preset("crazyflie")
+    rng = np.random.default_rng(seed)
+    out = {}
+    task = make_batched_task("hover", "crazyflie", n)
+    task.seed(seed)
+    out["nominal"] = flight_metrics(rollout(policy, task, 5.0))
+    ms, ts = rng.uniform(0.8, 1.2, n), rng.uniform(0.8, 1.2, n)
+    params = [cf.replace(mass=cf.mass * m, thrust_curve=np.asarray(cf.thrust_curve) * t) for m, t in zip(ms, ts)]
+    task = make_batched_task("hover", "crazyflie", n)
+    task.sim.set_params(ParamsBatch.from_params(params))
+    task.seed(seed)
+    out["mass+thrust +-20%"] = flight_metrics(rollout(policy, task, 5.0))
+    task = make_batched_task("hover", "crazyflie", n)
+    task.seed(seed)
+    out["push 1 m/s at 1 s"] = flight_metrics(_pushed_rollout(policy, task, impulse=cf.mass * 1.0))
+    return out
+
+
+def _pushed_rollout(policy, task, impulse: float, at: float = 1.0, duration: float = 0.1, seconds: float = 5.0):
+    """Rollout with a horizontal world-frame push of ``impulse`` N s spread over ``duration`` s."""
+    force = torch.zeros(task.num_envs, 3, dtype=task.state.dtype)
+    force[:, 0] = impulse / duration
+    steps_at, steps_dur = int(round(at / task.dt)), int(round(duration / task.dt))
+    original_step = task.sim.step
+    counter = {"k": 0}
+
+    def step(action, validate=True):
+        k = counter["k"]
+        task.sim.external_force = force if steps_at <= k < steps_at + steps_dur else None
+        counter["k"] += 1
+        return original_step(action, validate)
+
+    task.sim.step = step
+    try:
+        return rollout(policy, task, seconds)
+    finally:
+        task.sim.step = original_step
+        task.sim.external_force = None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--max-steps", type=int, default=1_000_000)
+    ap.add_argument("--eval-every", type=int, default=20_000)
+    ap.add_argument("--figure-eight-steps", type=int, default=600_000)
+    ap.add_argument("--skip-figure-eight", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="robo-bench-") as tmp:
+        out = Path(tmp)
+        results = {c: [time_to_hover(c, s, args, out) for s in range(args.seeds)] for c in ("none", "scheduled")}
+        for c, rs in results.items():
+            for r in rs:
+                rows.append((f"hover to <5 cm, 0 crashes (curriculum={c}, seed {r['seed']})",
+                             f"{r['steps']} steps, {r['wall_s']:.0f} s" if r["reached"]
+                             else f"not reached in {args.max_steps} steps (final median {r['final_error']:.3f} m)"))
+            hit = [r for r in rs if r["reached"]]
+            if hit:
+                rows.append((f"  mean over reached seeds (curriculum={c}, {len(hit)}/{len(rs)})",
+                             f"{np.mean([r['steps'] for r in hit]):.0f} steps, {np.mean([r['wall_s'] for r in hit]):.0f} s"
+                             f" = {np.mean([r['wall_s'] for r in hit]) / LEARNING_TO_FLY_SECONDS:.1f}x Learning to Fly's 18 s"))
+        best = min((r for rs in results.values() for r in rs), key=lambda r: r["final_error"])
+        policy = best["trainer"].policy()
+        for name, m in robustness(policy).items():
+            rows.append((f"robustness ({name}), curriculum={best['curriculum']} seed {best['seed']}",
+                         f"median {m['final_median_position_error']:.3f} m, crashes {m['crashes']}/256, "
+                         f"success(<10 cm) {m['success_rate']:.2f}"))
+        if not args.skip_figure_eight:
+            trainer, final, wall = train(["task=figure_eight", f"total_steps={args.figure_eight_steps}",
+                                          f"eval_every={args.figure_eight_steps}", "eval.seconds=12",
+                                          f"checkpoint_every={args.figure_eight_steps}"], out / "figure_eight")
+            task = make_batched_task("figure_eight", "crazyflie", 256)
+            task.seed(0)
+            m = flight_metrics(rollout(trainer.policy(), task, 12.0))
+            rows.append((f"figure-eight tracking ({args.figure_eight_steps} steps, {wall:.0f} s training)",
+                         f"RMSE {m['rmse']:.3f} m over the last 6 s, crashes {m['crashes']}/256"))
+    width = max(len(r[0]) for r in rows)
+    print(f"\n| {'measurement':<{width}} | result |\n|{'-' * (width + 2)}|--------|")
+    for name, value in rows:
+        print(f"| {name:<{width}} | {value} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""RL on robo's batched sims through stable-baselines3."""

@@ -1,0 +1,120 @@
+"""Asymmetric actor-critic as stable-baselines3 policy classes (no fork of SB3).
+
+Observations are ``[actor_obs (actor_obs_dim), privileged (rest)]``: the critic reads all of
+it, the actor only the first ``actor_obs_dim`` floats, so the trained actor is deployable.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, create_mlp
+from stable_baselines3.sac.policies import SACPolicy
+from stable_baselines3.td3.policies import TD3Policy
+from torch import nn
+
+from policies.mlp import MLPActor, MLPConfig, MLPPolicy
+
+
+class ActorObservation(BaseFeaturesExtractor):
+    """Features = the first ``actor_obs_dim`` observation entries (the deployable part)."""
+
+    def __init__(self, observation_space: gym.spaces.Box, actor_obs_dim: int = 22):
+        if actor_obs_dim > observation_space.shape[0]:
+            raise ValueError(f"actor_obs_dim={actor_obs_dim} exceeds the observation size {observation_space.shape[0]}")
+        super().__init__(observation_space, actor_obs_dim)
+        self.actor_obs_dim = actor_obs_dim
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return observations[..., : self.actor_obs_dim]
+
+
+class _AsymmetricOffPolicyMixin:
+    """Give the actor an ``ActorObservation`` extractor; critics keep the full observation."""
+
+    actor_obs_dim: int
+
+    def make_actor(self, features_extractor=None):
+        return super().make_actor(ActorObservation(self.observation_space, self.actor_obs_dim))
+
+
+class AsymmetricTD3Policy(_AsymmetricOffPolicyMixin, TD3Policy):
+    def __init__(self, *args, actor_obs_dim: int = 22, **kwargs):
+        self.actor_obs_dim = actor_obs_dim
+        kwargs["share_features_extractor"] = False
+        super().__init__(*args, **kwargs)
+
+
+class AsymmetricSACPolicy(_AsymmetricOffPolicyMixin, SACPolicy):
+    def __init__(self, *args, actor_obs_dim: int = 22, **kwargs):
+        self.actor_obs_dim = actor_obs_dim
+        kwargs["share_features_extractor"] = False
+        super().__init__(*args, **kwargs)
+
+
+class AsymmetricMlpExtractor(nn.Module):
+    """PPO latent networks: policy over the actor slice, value over the full observation."""
+
+    def __init__(self, feature_dim: int, actor_obs_dim: int, net_arch: dict, activation_fn: type[nn.Module]):
+        super().__init__()
+        self.actor_obs_dim = actor_obs_dim
+        pi, vf = net_arch.get("pi", [64, 64]), net_arch.get("vf", [64, 64])
+        self.policy_net = nn.Sequential(*create_mlp(actor_obs_dim, -1, pi, activation_fn))
+        self.value_net = nn.Sequential(*create_mlp(feature_dim, -1, vf, activation_fn))
+        self.latent_dim_pi = pi[-1] if pi else actor_obs_dim
+        self.latent_dim_vf = vf[-1] if vf else feature_dim
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        return self.policy_net(features[..., : self.actor_obs_dim])
+
+    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value_net(features)
+
+
+class AsymmetricPPOPolicy(ActorCriticPolicy):
+    def __init__(self, *args, actor_obs_dim: int = 22, **kwargs):
+        self.actor_obs_dim = actor_obs_dim
+        super().__init__(*args, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        arch = self.net_arch if isinstance(self.net_arch, dict) else {"pi": self.net_arch, "vf": self.net_arch}
+        self.mlp_extractor = AsymmetricMlpExtractor(self.features_dim, self.actor_obs_dim, arch, self.activation_fn)
+
+
+POLICY_CLASSES = {"td3": AsymmetricTD3Policy, "sac": AsymmetricSACPolicy, "ppo": AsymmetricPPOPolicy}
+
+
+def _linears(module: nn.Module) -> list[nn.Linear]:
+    return [m for m in module.modules() if isinstance(m, nn.Linear)]
+
+
+def export_actor(model, actor_obs_dim: int = 22) -> MLPPolicy:
+    """The deterministic actor of a trained SB3 TD3/SAC/PPO model as a robo ``MLPPolicy``.
+
+    TD3's ``mu`` and SAC's deterministic action end in tanh; PPO's action mean is clipped
+    to [-1, 1], as ``model.predict(deterministic=True)`` does.
+    """
+    p = model.policy
+    if isinstance(p, TD3Policy):
+        layers = _linears(p.actor.mu)
+    elif isinstance(p, SACPolicy):
+        layers = _linears(p.actor.latent_pi) + [p.actor.mu]
+    elif isinstance(p, ActorCriticPolicy):
+        layers = _linears(p.mlp_extractor.policy_net) + [p.action_net]
+    else:
+        raise TypeError(f"cannot export the actor of {type(p).__name__}")
+    act = type(p.activation_fn()).__name__.lower() if hasattr(p, "activation_fn") else "relu"
+    if layers[0].in_features != actor_obs_dim:
+        raise ValueError(f"the actor reads {layers[0].in_features} inputs, expected actor_obs_dim={actor_obs_dim}")
+    config = MLPConfig(obs_dim=actor_obs_dim, action_dim=layers[-1].out_features,
+                       hidden_dims=[layer.out_features for layer in layers[:-1]], activation=act,
+                       squash="clip" if isinstance(p, ActorCriticPolicy) else "tanh")
+    actor = MLPActor(config)
+    for dst, src in zip(_linears(actor.net), layers):
+        dst.weight.data.copy_(src.weight.data)
+        dst.bias.data.copy_(src.bias.data)
+    return MLPPolicy(config, actor)

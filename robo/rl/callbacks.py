@@ -1,0 +1,118 @@
+"""SB3 callbacks of robo's trainer: progress, periodic evaluation, curriculum, checkpoints,
+divergence guard."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from typing import Callable
+
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+
+class DivergenceError(RuntimeError):
+    """Training produced non-finite numbers; the last good checkpoint is kept."""
+
+
+def parameters_finite(model) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.policy.parameters())
+
+
+class TrainingCallback(BaseCallback):
+    """Everything robo's trainer does between SB3's environment steps.
+
+    Args:
+        total_steps: env steps of the whole run (for the progress bar).
+        evaluate: ``() -> metrics dict`` scoring the current actor (run every ``eval_every`` env steps).
+        on_eval: ``(step, metrics) -> None`` after each evaluation (curriculum, history, plots).
+        checkpoint: ``(step) -> None`` writing a checkpoint (every ``checkpoint_every`` env steps).
+        progress: show a tqdm bar with the recent return and position error.
+        stop: ``(metrics) -> bool``; training ends after an evaluation for which it is true.
+    """
+
+    def __init__(self, total_steps: int, evaluate: Callable[[], dict], on_eval: Callable[[int, dict], None],
+                 checkpoint: Callable[[int], None], eval_every: int, checkpoint_every: int, progress: bool = True,
+                 stop: Callable[[dict], bool] | None = None):
+        super().__init__()
+        self.stop = stop
+        self.stopped_early = False
+        self.total_steps, self.eval_every, self.checkpoint_every = total_steps, eval_every, checkpoint_every
+        self.evaluate, self.on_eval, self.checkpoint = evaluate, on_eval, checkpoint
+        self.progress = progress
+        self.returns: deque[float] = deque(maxlen=100)
+        self.errors: deque[float] = deque(maxlen=100)
+        self._ep_return: np.ndarray | None = None
+        self._next_eval = self._next_ckpt = 0
+        self.bar: tqdm | None = None
+        self.start_time = time.time()
+
+    def _on_training_start(self) -> None:
+        n = self.num_timesteps
+        self._next_eval = (n // self.eval_every + 1) * self.eval_every
+        self._next_ckpt = (n // self.checkpoint_every + 1) * self.checkpoint_every
+        self._ep_return = np.zeros(self.training_env.num_envs)
+        self.bar = tqdm(total=self.total_steps, initial=n, unit="step", disable=not self.progress,
+                        dynamic_ncols=True, desc="train")
+
+    def _on_rollout_start(self) -> None:
+        # runs after every gradient phase, before the actor drives the envs again
+        if not parameters_finite(self.model):
+            raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
+
+    def _on_step(self) -> bool:
+        rewards, dones = self.locals["rewards"], self.locals["dones"]
+        obs = self.locals.get("new_obs")
+        if not np.all(np.isfinite(rewards)) or (obs is not None and not np.all(np.isfinite(obs))):
+            raise DivergenceError(f"non-finite reward or observation at env step {self.num_timesteps}")
+        self._ep_return += rewards
+        for i in np.flatnonzero(dones):
+            self.returns.append(float(self._ep_return[i]))
+            self._ep_return[i] = 0.0
+        errs = [info["position_error"] for info in self.locals["infos"] if "position_error" in info]
+        if errs:
+            self.errors.append(float(np.mean(errs)))
+        if self.bar is not None:
+            self.bar.n = self.num_timesteps
+            if self.n_calls % 20 == 0:
+                self.bar.set_postfix(ret=f"{np.mean(self.returns):.1f}" if self.returns else "-",
+                                     err=f"{np.mean(self.errors):.3f}m" if self.errors else "-", refresh=False)
+                self.bar.refresh()
+        if self.num_timesteps >= self._next_eval:
+            self._next_eval += self.eval_every
+            metrics = self._evaluate()
+            if self.stop is not None and self.stop(metrics):
+                self.stopped_early = True
+                return False
+        if self.num_timesteps >= self._next_ckpt:
+            self._next_ckpt += self.checkpoint_every
+            self._checkpoint()
+        return True
+
+    def _evaluate(self) -> dict:
+        if not parameters_finite(self.model):
+            raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
+        m = self.evaluate()
+        m["wall_time"] = time.time() - self.start_time
+        if self.returns:
+            m["train_return"] = float(np.mean(self.returns))
+        for k, v in m.items():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                self.logger.record(f"eval/{k}", v)
+        self.on_eval(self.num_timesteps, m)
+        return m
+
+    def _checkpoint(self) -> None:
+        if not parameters_finite(self.model):
+            raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
+        self.checkpoint(self.num_timesteps)
+
+    def _on_training_end(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

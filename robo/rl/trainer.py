@@ -1,0 +1,200 @@
+"""Train a quadrotor policy from scratch with stable-baselines3 on the batched sim.
+
+Checkpoint folder ``checkpoints/latest`` (replaced atomically each time):
+``policy/`` (the deployable actor as a robo ``MLPPolicy``: safetensors + config),
+``sb3.zip`` (optimizer and networks), ``replay_buffer.pkl`` (off-policy algorithms),
+``state.json`` (env steps, evaluation history, curriculum state).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from stable_baselines3 import PPO, SAC, TD3
+from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.vec_env import VecMonitor
+
+from policies.checkpoint import atomic_directory
+from robo.curriculum import AdaptiveCurriculum, CurriculumLog, ScheduledCurriculum, apply
+from robo.evaluate import flight_metrics, rollout
+from robo.rl.asymmetric import POLICY_CLASSES, export_actor
+from robo.rl.callbacks import DivergenceError, TrainingCallback
+from robo.rl.sb3_vec_env import SB3VecEnvAdapter
+from sims.envs import OBS_DIM, QuadrotorVectorEnv, make_batched_task
+from sims.envs.quadrotor_env import make_robot
+
+log = logging.getLogger(__name__)
+ALGORITHMS = {"td3": TD3, "sac": SAC, "ppo": PPO}
+LATEST = "latest"
+
+
+def make_curriculum(c: dict | None):
+    """``{kind: none|scheduled|adaptive, ...}`` -> a curriculum or None."""
+    if not c or c.get("kind", "none") == "none":
+        return None
+    kind = c["kind"]
+    if kind == "scheduled":
+        return ScheduledCurriculum(c["schedules"])
+    if kind == "adaptive":
+        return AdaptiveCurriculum(c["parameters"], metric=c.get("metric", "success_rate"),
+                                  promote_above=c.get("promote_above", 0.8), demote_below=c.get("demote_below", 0.4),
+                                  step_size=c.get("step_size", 0.1))
+    raise ValueError(f"unknown curriculum kind {kind!r}; choose none, scheduled or adaptive")
+
+
+def init_actor_at_hover(model, hover_action: float) -> None:
+    """Start the actor's output at the hover command (bias = atanh(hover action)), so early
+    rollouts hover-ish instead of dropping; the weights stay random."""
+    h = math.atanh(max(min(hover_action, 0.999), -0.999))
+    p = model.policy
+    if hasattr(p, "actor") and hasattr(p.actor, "mu"):  # TD3 / SAC
+        nets = [p.actor.mu] + ([p.actor_target.mu] if hasattr(p, "actor_target") else [])
+        for net in nets:
+            last = net if isinstance(net, torch.nn.Linear) else [m for m in net if isinstance(m, torch.nn.Linear)][-1]
+            last.bias.data.fill_(h)
+    elif hasattr(p, "action_net"):  # PPO: the mean is clipped, not squashed
+        p.action_net.bias.data.fill_(hover_action)
+
+
+class Trainer:
+    """One training run in ``run_dir`` from a resolved config dict ``c`` (see configs/train.yaml)."""
+
+    def __init__(self, c: dict[str, Any], run_dir: Path):
+        self.c, self.run_dir = c, Path(run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        algo = c["algo"]
+        if algo["name"] not in ALGORITHMS:
+            raise ValueError(f"unknown algo {algo['name']!r}; choose one of {sorted(ALGORITHMS)}")
+        self.robot = make_robot(c["robot"])
+        self.venv = QuadrotorVectorEnv(int(c["num_envs"]), c["task"], c["robot"], privileged=bool(c["privileged_critic"]))
+        self.venv.reset(seed=int(c["seed"]))
+        self.sb3_env = VecMonitor(SB3VecEnvAdapter(self.venv))
+        self.curriculum = make_curriculum(c.get("curriculum"))
+        self.curriculum_log = CurriculumLog()
+        self.history: list[dict] = []
+        self.model = None
+
+    # Model -------------------------------------------------------------------
+    def _build_model(self):
+        algo = self.c["algo"]
+        kwargs = dict(algo.get("kwargs") or {})
+        if algo.get("action_noise_std") and algo["name"] in ("td3", "sac"):
+            kwargs["action_noise"] = NormalActionNoise(np.zeros(4), float(algo["action_noise_std"]) * np.ones(4))
+        policy_kwargs = dict(algo.get("policy_kwargs") or {})
+        if self.c["privileged_critic"]:
+            policy, policy_kwargs["actor_obs_dim"] = POLICY_CLASSES[algo["name"]], OBS_DIM
+        else:
+            policy = "MlpPolicy"
+        model = ALGORITHMS[algo["name"]](policy, self.sb3_env, seed=int(self.c["seed"]), policy_kwargs=policy_kwargs,
+                                         tensorboard_log=str(self.run_dir / "tensorboard"), verbose=0, **kwargs)
+        if algo.get("init_at_hover", True):
+            init_actor_at_hover(model, self.robot.hover_action)
+        return model
+
+    # Evaluation ----------------------------------------------------------------
+    def evaluate(self) -> dict:
+        e = self.c["eval"]
+        task = make_batched_task(self.c["task"], self.c["robot"], int(e["num_envs"]))
+        task.config.init.position_radius = float(e["position_radius"])
+        task.config.init.angle_deg = float(e["angle_deg"])
+        task.seed(int(e["seed"]))
+        return flight_metrics(rollout(export_actor(self.model), task, float(e["seconds"])), float(e["success_radius"]))
+
+    def _on_eval(self, step: int, m: dict) -> None:
+        m = {"step": step, **m}
+        self.history.append(m)
+        log.info("step %d: median error %.4f m, crashes %d, success %.2f, return %.1f", step,
+                 m["final_median_position_error"], m["crashes"], m["success_rate"], m.get("train_return", float("nan")))
+        if self.curriculum is not None:
+            values = self.curriculum.update(step, m)
+            apply(values, self.venv.core.config)
+            self.curriculum_log.record(step, values, {"success_rate": m["success_rate"]})
+            for k, v in values.items():
+                self.model.logger.record(f"curriculum/{k}", v)
+
+    # Checkpoints ---------------------------------------------------------------
+    def save_checkpoint(self, step: int) -> Path:
+        with atomic_directory(self.ckpt_dir / LATEST) as tmp:
+            export_actor(self.model).save(tmp / "policy")
+            self.model.save(tmp / "sb3.zip")
+            if isinstance(self.model, OffPolicyAlgorithm):
+                self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
+            state = {"step": step, "history": self.history, "curriculum_log": self.curriculum_log.rows,
+                     "curriculum": self.curriculum.state_dict() if self.curriculum else None,
+                     "task_config": _task_state(self.venv)}
+            (tmp / "state.json").write_text(json.dumps(state, indent=1, default=float))
+        return self.ckpt_dir / LATEST
+
+    def _load_checkpoint(self, path: Path) -> int:
+        cls = ALGORITHMS[self.c["algo"]["name"]]
+        self.model = cls.load(path / "sb3.zip", env=self.sb3_env, tensorboard_log=str(self.run_dir / "tensorboard"))
+        if (path / "replay_buffer.pkl").exists() and isinstance(self.model, OffPolicyAlgorithm):
+            self.model.load_replay_buffer(path / "replay_buffer.pkl")
+        state = json.loads((path / "state.json").read_text())
+        self.history = state["history"]
+        self.curriculum_log.rows = state["curriculum_log"]
+        if self.curriculum and state["curriculum"] is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
+        _restore_task_state(self.venv, state["task_config"])
+        return int(state["step"])
+
+    # Run -----------------------------------------------------------------------
+    def train(self, resume: bool = False, progress: bool = True) -> dict:
+        total = int(self.c["total_steps"])
+        latest = self.ckpt_dir / LATEST
+        start = 0
+        if resume and (latest / "sb3.zip").exists():
+            start = self._load_checkpoint(latest)
+            log.info("resumed from %s at env step %d", latest, start)
+        else:
+            self.model = self._build_model()
+        if self.curriculum is not None:  # the values in force from the first step on
+            apply(self.curriculum.update(start, None), self.venv.core.config)
+        cb = TrainingCallback(total, self.evaluate, self._on_eval, self.save_checkpoint,
+                              int(self.c["eval_every"]), int(self.c["checkpoint_every"]), progress, self._stop_rule())
+        try:
+            if total > start:
+                self.model.learn(total - start, callback=cb, reset_num_timesteps=False, progress_bar=False)
+        except DivergenceError as e:
+            raise DivergenceError(f"training diverged: {e}. Last good checkpoint: {latest}") from e
+        self.save_checkpoint(self.model.num_timesteps)
+        final = {"step": self.model.num_timesteps, **self.evaluate()}
+        if not self.history or self.history[-1]["step"] != final["step"]:
+            self.history.append(final)
+        if self.curriculum_log.rows:
+            self.curriculum_log.write_csv(self.run_dir / "curriculum.csv")
+        return final
+
+    def _stop_rule(self):
+        """Stop early once the evaluation reaches ``stop.median_position_error`` with at most
+        ``stop.crashes`` crashes (``stop.median_position_error: null`` never stops)."""
+        rule = self.c.get("stop") or {}
+        target = rule.get("median_position_error")
+        if target is None:
+            return None
+        max_crashes = int(rule.get("crashes", 0))
+        return lambda m: m["final_median_position_error"] < target and m["crashes"] <= max_crashes
+
+    def policy(self):
+        return export_actor(self.model)
+
+
+def _task_state(venv) -> dict:
+    from dataclasses import asdict
+
+    return asdict(venv.core.config)
+
+
+def _restore_task_state(venv, state: dict) -> None:
+    """Put back curriculum-changed task values (init ranges, reward weights) from a checkpoint."""
+    cfg = venv.core.config
+    for group in ("init", "reward", "termination"):
+        for k, v in state[group].items():
+            setattr(getattr(cfg, group), k, v)

@@ -1,0 +1,111 @@
+"""SB3 plumbing: the VecEnv adapter, asymmetric actor-critic, actor export, the trainer's
+checkpoints, resume and divergence handling."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from stable_baselines3 import PPO, SAC, TD3
+
+from policies.registry import load_policy
+from robo.commands.train import check_resume_config
+from robo.rl.asymmetric import POLICY_CLASSES, export_actor
+from robo.rl.callbacks import DivergenceError
+from robo.rl.sb3_vec_env import SB3VecEnvAdapter
+from robo.rl.trainer import Trainer
+from sims.envs import QuadrotorVectorEnv, make_task_config
+
+
+def test_adapter_reports_terminal_observations_and_timeouts():
+    venv = SB3VecEnvAdapter(QuadrotorVectorEnv(3, make_task_config("hover", episode_seconds=0.03), privileged=True))
+    venv.seed(0)
+    obs = venv.reset()
+    assert obs.shape == (3, 36)
+    for _ in range(2):
+        venv.step_async(np.zeros((3, 4)))
+        _, _, dones, infos = venv.step_wait()
+        assert not dones.any()
+    venv.step_async(np.zeros((3, 4)))
+    obs, rewards, dones, infos = venv.step_wait()
+    assert dones.all() and all(i["TimeLimit.truncated"] for i in infos)
+    assert all(i["terminal_observation"].shape == (36,) for i in infos)
+    assert not np.allclose(obs, np.stack([i["terminal_observation"] for i in infos]))
+
+
+@pytest.mark.parametrize("algo, cls", [("td3", TD3), ("sac", SAC), ("ppo", PPO)])
+def test_actor_sees_only_the_deployable_observation_and_exports_exactly(algo, cls):
+    venv = SB3VecEnvAdapter(QuadrotorVectorEnv(4, "hover", privileged=True))
+    model = cls(POLICY_CLASSES[algo], venv, seed=0, policy_kwargs={"actor_obs_dim": 22},
+                **({"n_steps": 8, "batch_size": 32} if algo == "ppo" else {"learning_starts": 10}))
+    model.learn(64)
+    obs = venv.reset()
+    changed = obs.copy()
+    changed[:, 22:] += 5.0  # privileged part only
+    a0, _ = model.predict(obs, deterministic=True)
+    a1, _ = model.predict(changed, deterministic=True)
+    np.testing.assert_array_equal(a0, a1)
+    if algo != "ppo":
+        q = lambda o: model.critic(torch.as_tensor(o), torch.as_tensor(a0))[0]  # noqa: E731
+        assert not torch.allclose(q(obs), q(changed)), "the critic must read the privileged features"
+    policy = export_actor(model)
+    np.testing.assert_allclose(policy.act(obs[:, :22]), a0, atol=1e-6)
+
+
+def train_config(tmp, **over):
+    overrides = ["num_envs=4", "total_steps=400", "eval_every=200", "checkpoint_every=200", "eval.num_envs=4",
+                 "eval.seconds=0.2", "algo.kwargs.learning_starts=50", "algo.kwargs.buffer_size=5000"]
+    overrides += [f"{k}={v}" for k, v in over.items()]
+    with initialize_config_module("robo.configs", version_base="1.3"):
+        return OmegaConf.to_container(compose("train", overrides=overrides), resolve=True)
+
+
+def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):
+    c = train_config(tmp_path)
+    first = Trainer(c, tmp_path)
+    first.train(progress=False)
+    latest = tmp_path / "checkpoints" / "latest"
+    state = json.loads((latest / "state.json").read_text())
+    assert state["step"] == 400 and {"policy", "sb3.zip", "replay_buffer.pkl"} <= {p.name for p in latest.iterdir()}
+    policy = load_policy(latest / "policy")
+    obs = np.zeros((2, 22), np.float32)
+    np.testing.assert_allclose(policy.act(obs), first.policy().act(obs), atol=1e-7)
+    buffer_size = first.model.replay_buffer.size()
+
+    c2 = train_config(tmp_path, total_steps=800)
+    second = Trainer(c2, tmp_path)
+    final = second.train(resume=True, progress=False)
+    assert second.model.replay_buffer.size() > buffer_size  # the old transitions came back
+    assert final["step"] == 800 and [h["step"] for h in second.history][:2] == [h["step"] for h in first.history][:2]
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path):
+    from robo.run_dir import write_resolved_config
+
+    c = train_config(tmp_path)
+    write_resolved_config(tmp_path, OmegaConf.create(c))
+    check_resume_config(tmp_path, train_config(tmp_path, total_steps=9999))  # allowed to change
+    with pytest.raises(ValueError, match=r"algo.kwargs.learning_rate.*seed|seed.*algo.kwargs.learning_rate"):
+        check_resume_config(tmp_path, train_config(tmp_path, seed=1, **{"algo.kwargs.learning_rate": 0.1}))
+
+
+def test_divergence_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    Trainer(train_config(tmp_path, total_steps=200), tmp_path).train(progress=False)
+    good = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
+    t = Trainer(train_config(tmp_path, total_steps=600), tmp_path)
+    load = t._load_checkpoint
+
+    def load_then_break(path):  # the optimizer blew the weights up right after resuming
+        step = load(path)
+        with torch.no_grad():
+            next(t.model.policy.actor.parameters()).fill_(float("nan"))
+        return step
+
+    t._load_checkpoint = load_then_break
+    with pytest.raises(DivergenceError, match="Last good checkpoint"):
+        t.train(resume=True, progress=False)
+    kept = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
+    obs = np.zeros((1, 22), np.float32)
+    np.testing.assert_array_equal(kept.act(obs), good.act(obs))
