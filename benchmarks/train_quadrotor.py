@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -125,9 +124,10 @@ def main() -> None:
                              else f"not reached in {args.max_steps} steps (final median {r['final_error']:.3f} m)"))
             hit = [r for r in rs if r["reached"]]
             if hit:
+                steps, wall = np.mean([r["steps"] for r in hit]), np.mean([r["wall_s"] for r in hit])
                 rows.append((f"  mean over reached seeds (curriculum={c}, {len(hit)}/{len(rs)})",
-                             f"{np.mean([r['steps'] for r in hit]):.0f} steps, {np.mean([r['wall_s'] for r in hit]):.0f} s"
-                             f" = {np.mean([r['wall_s'] for r in hit]) / LEARNING_TO_FLY_SECONDS:.1f}x Learning to Fly's 18 s"))
+                             f"{steps:.0f} steps, {wall:.0f} s = "
+                             f"{wall / LEARNING_TO_FLY_SECONDS:.1f}x Learning to Fly's 18 s"))
         best = min((r for rs in results.values() for r in rs), key=lambda r: r["final_error"])
         policy = best["trainer"].policy()
         for name, m in robustness(policy).items():

@@ -71,3 +71,28 @@ def load_checkpoint(directory: str | Path) -> tuple[str, dict, dict[str, torch.T
     if doc.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{directory}: checkpoint format {doc.get('format_version')} is not {FORMAT_VERSION}")
     return doc["kind"], doc["config"], load_file(str(directory / WEIGHTS)), doc.get("metadata", {})
+
+
+class TorchPolicyCheckpointing:
+    """``save``/``load``/``num_parameters`` for policies made of a config dataclass and a torch
+    module: subclasses set ``kind`` and ``config_class`` and hold ``self.config``, ``self.model``."""
+
+    kind: str
+    config_class: type
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def save(self, directory: str | Path) -> Path:
+        return save_checkpoint(directory, self.kind, self.config, self.model.state_dict(),
+                               {"num_parameters": self.num_parameters})
+
+    @classmethod
+    def load(cls, directory: str | Path):
+        kind, cfg, tensors, _ = load_checkpoint(directory)
+        if kind != cls.kind:
+            raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
+        policy = cls(cls.config_class(**cfg))
+        policy.model.load_state_dict(tensors)
+        return policy

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..base import ArrayLike, as_obs_tensor, like_input
-from ..checkpoint import load_checkpoint, save_checkpoint
+from ..checkpoint import TorchPolicyCheckpointing
 from .configuration_foundation import FoundationConfig
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity}
@@ -51,9 +49,10 @@ class FoundationGRU(nn.Module):
         return a, h
 
 
-class FoundationPolicy:
+class FoundationPolicy(TorchPolicyCheckpointing):
     """``Policy`` wrapper around ``FoundationGRU`` holding the per-environment hidden state."""
 
+    config_class = FoundationConfig
     kind = "foundation"
 
     def __init__(self, config: FoundationConfig | None = None, model: FoundationGRU | None = None):
@@ -63,10 +62,6 @@ class FoundationPolicy:
         self.obs_dim = self.config.obs_dim
         self.action_dim = self.config.action_dim
         self.hidden: torch.Tensor | None = None  # (B, H)
-
-    @property
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
 
     def reset(self, mask: ArrayLike | None = None) -> None:
         if mask is None or self.hidden is None:
@@ -85,23 +80,6 @@ class FoundationPolicy:
         action, self.hidden = self.model(x, self.hidden)
         return like_input(action, obs)
 
-    def save(self, directory: str | Path) -> Path:
-        return save_checkpoint(directory, self.kind, self.config, self.model.state_dict(),
-                               {"num_parameters": self.num_parameters})
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "FoundationPolicy":
-        kind, cfg, tensors, _ = load_checkpoint(directory)
-        if kind != cls.kind:
-            raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
-        policy = cls(FoundationConfig(**cfg))
-        policy.model.load_state_dict(tensors)
-        return policy
-
     def __repr__(self) -> str:
         return f"FoundationPolicy({asdict(self.config)}, parameters={self.num_parameters})"
 
-
-def as_numpy_action(policy: FoundationPolicy, obs: np.ndarray) -> np.ndarray:
-    """Convenience: act on a numpy batch and return numpy."""
-    return np.asarray(policy.act(np.asarray(obs, dtype=np.float32)))

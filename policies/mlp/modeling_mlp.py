@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
 from ..base import ArrayLike, as_obs_tensor, like_input
-from ..checkpoint import load_checkpoint, save_checkpoint
+from ..checkpoint import TorchPolicyCheckpointing
 from .configuration_mlp import MLPConfig
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
@@ -40,9 +38,10 @@ class MLPActor(nn.Module):
         return a.clamp(-1.0, 1.0) if self.config.squash == "clip" else a
 
 
-class MLPPolicy:
+class MLPPolicy(TorchPolicyCheckpointing):
     """``Policy`` around ``MLPActor`` (stateless: ``reset`` does nothing)."""
 
+    config_class = MLPConfig
     kind = "mlp"
 
     def __init__(self, config: MLPConfig | None = None, model: MLPActor | None = None):
@@ -52,10 +51,6 @@ class MLPPolicy:
         self.obs_dim = self.config.obs_dim
         self.action_dim = self.config.action_dim
 
-    @property
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
-
     def reset(self, mask: ArrayLike | None = None) -> None:
         return None
 
@@ -64,15 +59,3 @@ class MLPPolicy:
         x = as_obs_tensor(obs, self.obs_dim)
         return like_input(self.model(x), obs)
 
-    def save(self, directory: str | Path) -> Path:
-        return save_checkpoint(directory, self.kind, self.config, self.model.state_dict(),
-                               {"num_parameters": self.num_parameters})
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "MLPPolicy":
-        kind, cfg, tensors, _ = load_checkpoint(directory)
-        if kind != cls.kind:
-            raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
-        policy = cls(MLPConfig(**cfg))
-        policy.model.load_state_dict(tensors)
-        return policy

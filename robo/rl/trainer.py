@@ -73,7 +73,8 @@ class Trainer:
         if algo["name"] not in ALGORITHMS:
             raise ValueError(f"unknown algo {algo['name']!r}; choose one of {sorted(ALGORITHMS)}")
         self.robot = make_robot(c["robot"])
-        self.venv = QuadrotorVectorEnv(int(c["num_envs"]), c["task"], c["robot"], privileged=bool(c["privileged_critic"]))
+        self.venv = QuadrotorVectorEnv(int(c["num_envs"]), c["task"], c["robot"],
+                                       privileged=bool(c["privileged_critic"]))
         self.venv.reset(seed=int(c["seed"]))
         self.sb3_env = VecMonitor(SB3VecEnvAdapter(self.venv))
         self.curriculum = make_curriculum(c.get("curriculum"))

@@ -43,7 +43,8 @@ def make_robot(robot: str | dict | QuadrotorParams) -> QuadrotorParams:
     return preset(d.pop("preset"), **d)
 
 
-def randomization_sampler(randomization: RandomizationConfig | dict, dtype: torch.dtype = torch.float32) -> ParamSampler:
+def randomization_sampler(randomization: RandomizationConfig | dict,
+                          dtype: torch.dtype = torch.float32) -> ParamSampler:
     """A ``(n, rng) -> ParamsBatch`` sampler drawing domain-randomized quadrotors."""
     cfg = randomization if isinstance(randomization, RandomizationConfig) else RandomizationConfig.from_dict(
         dict(randomization))

@@ -116,7 +116,8 @@ class BatchedQuadrotorTask:
         hover = tuple(cfg.hover_position)
         if cfg.name == "waypoint":
             hover_t = torch.tensor(hover, **f)
-            self.origin[idx] = hover_t + torch.as_tensor(rng.uniform(-cfg.waypoint_range, cfg.waypoint_range, (n, 3)), **f)
+            offset = rng.uniform(-cfg.waypoint_range, cfg.waypoint_range, (n, 3))
+            self.origin[idx] = hover_t + torch.as_tensor(offset, **f)
         s = torch.zeros(n, STATE_DIM, **f)
         # Episodes start around the hover point; for waypoints the target is elsewhere.
         s[:, POS] = torch.tensor(hover, **f) + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)

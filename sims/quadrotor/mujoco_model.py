@@ -58,7 +58,8 @@ def _obstacle_geom(worldbody: ET.Element, i: int, spec: dict) -> None:
     size = np.atleast_1d(np.asarray(spec.get("size", ()), dtype=np.float64))
     if size.shape != (OBSTACLE_SIZES[kind],) or not np.all(size > 0):
         raise ValueError(f"obstacle {i} ({kind}) needs {OBSTACLE_SIZES[kind]} positive size value(s) "
-                         f"(box: half-extents; sphere: radius; cylinder/capsule: radius, half-height), got {size.tolist()}")
+                         "(box: half-extents; sphere: radius; cylinder/capsule: radius, half-height), "
+                         f"got {size.tolist()}")
     pos = np.asarray(spec.get("pos", ()), dtype=np.float64)
     if pos.shape != (3,) or not np.all(np.isfinite(pos)):
         raise ValueError(f"obstacle {i} needs a finite 3-vector pos (world, m), got {pos.tolist()}")
