@@ -77,6 +77,7 @@ class Trainer:
                                        privileged=bool(c["privileged_critic"]))
         self.venv.reset(seed=int(c["seed"]))
         self.sb3_env = VecMonitor(SB3VecEnvAdapter(self.venv))
+        self.actor_obs_dim = OBS_DIM + 4 * self.venv.core.config.action_history
         self.curriculum = make_curriculum(c.get("curriculum"))
         self.curriculum_log = CurriculumLog()
         self.history: list[dict] = []
@@ -90,7 +91,7 @@ class Trainer:
             kwargs["action_noise"] = NormalActionNoise(np.zeros(4), float(algo["action_noise_std"]) * np.ones(4))
         policy_kwargs = dict(algo.get("policy_kwargs") or {})
         if self.c["privileged_critic"]:
-            policy, policy_kwargs["actor_obs_dim"] = POLICY_CLASSES[algo["name"]], OBS_DIM
+            policy, policy_kwargs["actor_obs_dim"] = POLICY_CLASSES[algo["name"]], self.actor_obs_dim
         else:
             policy = "MlpPolicy"
         model = ALGORITHMS[algo["name"]](policy, self.sb3_env, seed=int(self.c["seed"]), policy_kwargs=policy_kwargs,
@@ -106,7 +107,7 @@ class Trainer:
         task.config.init.position_radius = float(e["position_radius"])
         task.config.init.angle_deg = float(e["angle_deg"])
         task.seed(int(e["seed"]))
-        return flight_metrics(rollout(export_actor(self.model), task, float(e["seconds"])), float(e["success_radius"]))
+        return flight_metrics(rollout(self.policy(), task, float(e["seconds"])), float(e["success_radius"]))
 
     def _on_eval(self, step: int, m: dict) -> None:
         m = {"step": step, **m}
@@ -123,7 +124,7 @@ class Trainer:
     # Checkpoints ---------------------------------------------------------------
     def save_checkpoint(self, step: int) -> Path:
         with atomic_directory(self.ckpt_dir / LATEST) as tmp:
-            export_actor(self.model).save(tmp / "policy")
+            self.policy().save(tmp / "policy")
             self.model.save(tmp / "sb3.zip")
             if isinstance(self.model, OffPolicyAlgorithm):
                 self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
@@ -184,7 +185,8 @@ class Trainer:
         return lambda m: m["final_median_position_error"] < target and m["crashes"] <= max_crashes
 
     def policy(self):
-        return export_actor(self.model)
+        """The deployable actor (reads the first ``actor_obs_dim`` observation floats)."""
+        return export_actor(self.model, self.actor_obs_dim)
 
 
 def _task_state(venv) -> dict:

@@ -66,6 +66,9 @@ class QuadrotorTaskConfig:
     drawn uniformly in a cube of half-width ``waypoint_range`` around it for ``waypoint``;
     for ``figure_eight`` the lemniscate ``x = A sin(wt), y = A/2 sin(2wt)`` around it with
     ``A = figure_eight_amplitude`` and ``w = 2 pi / figure_eight_period``.
+    ``action_history`` appends that many older actions (4 floats each, newest first, before the
+    previous action's step) to the 22-float observation: motors lag, so an actor needs them to
+    know what its motors are doing (as in Learning to Fly in Seconds).
     """
 
     name: str = "hover"
@@ -74,6 +77,7 @@ class QuadrotorTaskConfig:
     waypoint_range: float = 0.5
     figure_eight_amplitude: float = 1.0
     figure_eight_period: float = 6.0
+    action_history: int = 0
     init: InitConfig = field(default_factory=InitConfig)
     termination: TerminationConfig = field(default_factory=TerminationConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -83,6 +87,8 @@ class QuadrotorTaskConfig:
             raise ValueError(f"unknown task {self.name!r}; choose one of {list(TASKS)}")
         if self.episode_seconds <= 0:
             raise ValueError(f"episode_seconds must be positive, got {self.episode_seconds}")
+        if self.action_history < 0:
+            raise ValueError(f"action_history must be >= 0, got {self.action_history}")
         if self.figure_eight_period <= 0:
             raise ValueError(f"figure_eight_period must be positive, got {self.figure_eight_period}")
         self.hover_position = tuple(float(x) for x in self.hover_position)

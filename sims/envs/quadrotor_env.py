@@ -15,10 +15,8 @@ from sims.quadrotor.params import QuadrotorParams, preset
 from sims.quadrotor.randomization import RandomizationConfig, sample_params
 
 from .config import QuadrotorTaskConfig
-from .observation import OBS_DIM, PRIVILEGED_DIM
 from .task import BatchedQuadrotorTask, ParamSampler
 
-OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
 ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
 
@@ -89,7 +87,7 @@ class QuadrotorEnv(gym.Env):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r} not supported; use None or 'rgb_array'")
         self.core = make_batched_task(task, robot, 1, param_sampler, dtype, randomization=randomization)
-        self.observation_space = OBSERVATION_SPACE
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.core.obs_dim,), np.float32)
         self.action_space = ACTION_SPACE
         self.render_mode = render_mode
         self.metadata = dict(self.metadata, render_fps=int(round(1 / self.core.dt)))
@@ -136,8 +134,8 @@ class QuadrotorVectorEnv(VectorEnv):
     ``step``; the returned observation is the new episode's first, and the last observation
     of the finished episode is in ``info["final_obs"]`` (masked by ``info["_final_obs"]``).
     ``info["position_error"]`` (B,) is the distance to the reference before any reset, m.
-    With ``privileged=True`` observations are (B, 22 + 14): the deployable 22 floats followed
-    by ``privileged_observation`` for an asymmetric critic.
+    With ``privileged=True`` observations end with ``privileged_observation`` (14 floats) for an
+    asymmetric critic, after the deployable part (22 floats + the task's action history).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
@@ -147,8 +145,7 @@ class QuadrotorVectorEnv(VectorEnv):
                  privileged: bool = False, randomization: RandomizationConfig | dict | None = None):
         self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged, randomization)
         self.num_envs = num_envs
-        obs_dim = OBS_DIM + (PRIVILEGED_DIM if privileged else 0)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (self.core.obs_dim,), np.float32)
         self.single_action_space = ACTION_SPACE
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(ACTION_SPACE, num_envs)

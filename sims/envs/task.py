@@ -18,7 +18,7 @@ from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, STATE_DIM, VEL, Par
 from sims.quadrotor.rotations import random_quat_within
 
 from .config import QuadrotorTaskConfig
-from .observation import observe, privileged_observation
+from .observation import OBS_DIM, PRIVILEGED_DIM, observe, privileged_observation
 
 ParamSampler = Callable[[int, np.random.Generator], ParamsBatch]
 
@@ -63,7 +63,13 @@ class BatchedQuadrotorTask:
         self.steps = torch.zeros(B, dtype=torch.long)
         self.origin = torch.tensor(config.hover_position, **f).expand(B, 3).clone()  # (B, 3) hover point / waypoint
         self.previous_action = torch.zeros(B, 4, **f)
+        self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
         self.rng = np.random.default_rng()
+
+    @property
+    def obs_dim(self) -> int:
+        """22 + 4 * action_history (+ 14 privileged features when ``privileged``)."""
+        return OBS_DIM + 4 * self.config.action_history + (PRIVILEGED_DIM if self.privileged else 0)
 
     @property
     def num_envs(self) -> int:
@@ -94,9 +100,11 @@ class BatchedQuadrotorTask:
         return self.origin + pos, vel
 
     def observe(self) -> torch.Tensor:
-        """(B, 22) deployable observations, or (B, 22 + 14) with privileged features appended."""
+        """(B, obs_dim): the 22 deployable floats, the action history, then privileged features."""
         ref_p, ref_v = self.reference()
         obs = observe(self.sim.state, ref_p, ref_v, self.previous_action)
+        if self.config.action_history:
+            obs = torch.cat([obs, self.action_history.reshape(self.num_envs, -1)], -1)
         if self.privileged:
             obs = torch.cat([obs, privileged_observation(self.sim.state, self.sim.params)], -1)
         return obs.float()
@@ -134,6 +142,7 @@ class BatchedQuadrotorTask:
         full_mask[idx] = True
         self.sim.reset(s, full_mask)
         self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
+        self.action_history[idx] = self.previous_action[idx, None]
         self.steps[idx] = 0
         return self.observe()
 
@@ -154,6 +163,8 @@ class BatchedQuadrotorTask:
         self.sim.step(action, validate=False)
         self.steps += 1
         reward, terminated = self._reward_and_termination(action)
+        if self.config.action_history:
+            self.action_history = torch.cat([self.previous_action[:, None], self.action_history[:, :-1]], 1)
         self.previous_action = action
         truncated = (self.steps >= self.max_steps) & ~terminated
         return StepResult(self.observe(), reward.float(), terminated, truncated)

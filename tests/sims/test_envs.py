@@ -114,3 +114,18 @@ def test_bad_task_config_is_rejected_by_name():
         make_task_config("loop")
     with pytest.raises(ValueError, match=r"unknown config key\(s\) \['init.radius'\]"):
         make_task_config("hover", init={"radius": 1.0})
+
+
+def test_action_history_extends_the_observation_newest_first():
+    env = QuadrotorEnv(make_task_config("hover", action_history=3))
+    assert env.observation_space.shape == (34,)
+    obs, _ = env.reset(seed=0)
+    hover = preset("crazyflie").hover_action
+    np.testing.assert_allclose(obs[22:], hover, atol=1e-6)
+    a1, a2 = np.full(4, 0.1, np.float32), np.full(4, 0.2, np.float32)
+    env.step(a1)
+    obs, *_ = env.step(a2)
+    np.testing.assert_allclose(obs[OBS_SLICES["previous_action"]], 0.2, atol=1e-6)
+    np.testing.assert_allclose(obs[22:26], 0.1, atol=1e-6)
+    np.testing.assert_allclose(obs[26:34], hover, atol=1e-6)
+    check_env(env, skip_render_check=True)
