@@ -111,7 +111,7 @@ class BatchedQuadrotorTask:
 
     # Reset ------------------------------------------------------------------
     def reset(self, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Reset all envs (or those where ``mask`` (B,) is true); returns (B, 22) observations."""
+        """Reset all envs (or those where ``mask`` (B,) is true); returns (B, obs_dim) observations."""
         idx = torch.arange(self.num_envs) if mask is None else mask.nonzero().flatten()
         n = len(idx)
         if n == 0:
@@ -121,14 +121,13 @@ class BatchedQuadrotorTask:
             self._assign_params(idx, self.param_sampler(n, rng))
         p = self.sim.params
         f = dict(dtype=p.mass.dtype, device=p.mass.device)
-        hover = tuple(cfg.hover_position)
+        hover = torch.tensor(cfg.hover_position, **f)
         if cfg.name == "waypoint":
-            hover_t = torch.tensor(hover, **f)
             offset = rng.uniform(-cfg.waypoint_range, cfg.waypoint_range, (n, 3))
-            self.origin[idx] = hover_t + torch.as_tensor(offset, **f)
+            self.origin[idx] = hover + torch.as_tensor(offset, **f)
         s = torch.zeros(n, STATE_DIM, **f)
         # Episodes start around the hover point; for waypoints the target is elsewhere.
-        s[:, POS] = torch.tensor(hover, **f) + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
+        s[:, POS] = hover + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
         g = torch.Generator().manual_seed(int(rng.integers(2**62)))
         s[:, QUAT] = random_quat_within(math.radians(cfg.init.angle_deg), n, g, dtype=s.dtype)
         s[:, VEL] = torch.as_tensor(_uniform_ball(n, cfg.init.velocity, rng), **f)
