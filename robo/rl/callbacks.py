@@ -35,12 +35,16 @@ class TrainingCallback(BaseCallback):
         checkpoint: ``(step) -> None`` writing a checkpoint (every ``checkpoint_every`` env steps).
         progress: show a tqdm bar with the recent return and position error.
         stop: ``(metrics) -> bool``; training ends after an evaluation for which it is true.
+        on_episode_end: ``(level, score) -> None`` for every finished episode that played a
+            curriculum level (``info["level"] >= 0``); score = the episode's mean position error, m.
     """
 
     def __init__(self, total_steps: int, evaluate: Callable[[], dict], on_eval: Callable[[int, dict], None],
                  checkpoint: Callable[[int], None], eval_every: int, checkpoint_every: int, progress: bool = True,
-                 stop: Callable[[dict], bool] | None = None):
+                 stop: Callable[[dict], bool] | None = None,
+                 on_episode_end: Callable[[int, float], None] | None = None):
         super().__init__()
+        self.on_episode_end = on_episode_end
         self.stop = stop
         self.stopped_early = False
         self.total_steps, self.eval_every, self.checkpoint_every = total_steps, eval_every, checkpoint_every
@@ -58,6 +62,8 @@ class TrainingCallback(BaseCallback):
         self._next_eval = (n // self.eval_every + 1) * self.eval_every
         self._next_ckpt = (n // self.checkpoint_every + 1) * self.checkpoint_every
         self._ep_return = np.zeros(self.training_env.num_envs)
+        self._ep_error = np.zeros(self.training_env.num_envs)
+        self._ep_len = np.zeros(self.training_env.num_envs)
         self.bar = tqdm(total=self.total_steps, initial=n, unit="step", disable=not self.progress,
                         dynamic_ncols=True, desc="train")
 
@@ -71,11 +77,17 @@ class TrainingCallback(BaseCallback):
         obs = self.locals.get("new_obs")
         if not np.all(np.isfinite(rewards)) or (obs is not None and not np.all(np.isfinite(obs))):
             raise DivergenceError(f"non-finite reward or observation at env step {self.num_timesteps}")
+        infos = self.locals["infos"]
         self._ep_return += rewards
+        self._ep_error += [info.get("position_error", 0.0) for info in infos]
+        self._ep_len += 1
         for i in np.flatnonzero(dones):
             self.returns.append(float(self._ep_return[i]))
-            self._ep_return[i] = 0.0
-        errs = [info["position_error"] for info in self.locals["infos"] if "position_error" in info]
+            level = infos[i].get("level", -1)
+            if self.on_episode_end is not None and level >= 0:
+                self.on_episode_end(level, float(self._ep_error[i] / self._ep_len[i]))
+            self._ep_return[i] = self._ep_error[i] = self._ep_len[i] = 0.0
+        errs = [info["position_error"] for info in infos if "position_error" in info]
         if errs:
             self.errors.append(float(np.mean(errs)))
         if self.bar is not None:

@@ -46,10 +46,10 @@ class SB3VecEnvAdapter(VecEnv):
         for i in np.flatnonzero(dones):
             infos[i]["terminal_observation"] = info["final_obs"][i]
             infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
-        for key in ("position_error",):
+        for key, cast in (("position_error", float), ("level", int)):
             if key in info:
                 for i, v in enumerate(info[key]):
-                    infos[i][key] = float(v)
+                    infos[i][key] = cast(v)
         return obs, reward.astype(np.float32), dones, infos
 
     def close(self) -> None:

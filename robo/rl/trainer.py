@@ -22,13 +22,16 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecMonitor
 
 from policies.checkpoint import atomic_directory
-from robo.curriculum import AdaptiveCurriculum, CurriculumLog, ScheduledCurriculum, apply
+from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevelReplay, ScheduledCurriculum,
+                             apply)
+from robo.curriculum.level_sampler import LevelReplayParamSampler
 from robo.evaluate import flight_metrics, rollout
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import DivergenceError, TrainingCallback
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from sims.envs import OBS_DIM, QuadrotorVectorEnv, make_batched_task
 from sims.envs.quadrotor_env import make_robot
+from sims.quadrotor.randomization import RandomizationConfig
 
 log = logging.getLogger(__name__)
 ALGORITHMS = {"td3": TD3, "sac": SAC, "ppo": PPO}
@@ -36,8 +39,9 @@ LATEST = "latest"
 
 
 def make_curriculum(c: dict | None):
-    """``{kind: none|scheduled|adaptive, ...}`` -> a curriculum or None."""
-    if not c or c.get("kind", "none") == "none":
+    """``{kind: none|scheduled|adaptive, ...}`` -> a curriculum or None (level replay is a
+    parameter sampler instead: ``make_level_sampler``)."""
+    if not c or c.get("kind", "none") in ("none", "level_replay"):
         return None
     kind = c["kind"]
     if kind == "scheduled":
@@ -47,6 +51,14 @@ def make_curriculum(c: dict | None):
                                   promote_above=c.get("promote_above", 0.8), demote_below=c.get("demote_below", 0.4),
                                   step_size=c.get("step_size", 0.1))
     raise ValueError(f"unknown curriculum kind {kind!r}; choose none, scheduled or adaptive")
+
+
+def make_level_sampler(c: dict | None, seed: int) -> LevelReplayParamSampler | None:
+    """``{kind: level_replay, randomization: {...}, replay: {...}}`` -> a PLR parameter sampler."""
+    if not c or c.get("kind") != "level_replay":
+        return None
+    replay = PrioritizedLevelReplay(**{**(c.get("replay") or {}), "seed": seed})
+    return LevelReplayParamSampler(RandomizationConfig.from_dict(dict(c["randomization"])), replay, base_seed=seed)
 
 
 def init_actor_at_hover(model, hover_action: float) -> None:
@@ -73,7 +85,8 @@ class Trainer:
         if algo["name"] not in ALGORITHMS:
             raise ValueError(f"unknown algo {algo['name']!r}; choose one of {sorted(ALGORITHMS)}")
         self.robot = make_robot(c["robot"])
-        self.venv = QuadrotorVectorEnv(int(c["num_envs"]), c["task"], c["robot"],
+        self.level_sampler = make_level_sampler(c.get("curriculum"), int(c["seed"]))
+        self.venv = QuadrotorVectorEnv(int(c["num_envs"]), c["task"], c["robot"], param_sampler=self.level_sampler,
                                        privileged=bool(c["privileged_critic"]))
         self.venv.reset(seed=int(c["seed"]))
         self.sb3_env = VecMonitor(SB3VecEnvAdapter(self.venv))
@@ -130,6 +143,7 @@ class Trainer:
                 self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
             state = {"step": step, "history": self.history, "curriculum_log": self.curriculum_log.rows,
                      "curriculum": self.curriculum.state_dict() if self.curriculum else None,
+                     "level_replay": self.level_sampler.replay.state_dict() if self.level_sampler else None,
                      "task_config": _task_state(self.venv)}
             (tmp / "state.json").write_text(json.dumps(state, indent=1, default=float))
         return self.ckpt_dir / LATEST
@@ -144,6 +158,8 @@ class Trainer:
         self.curriculum_log.rows = state["curriculum_log"]
         if self.curriculum and state["curriculum"] is not None:
             self.curriculum.load_state_dict(state["curriculum"])
+        if self.level_sampler and state.get("level_replay") is not None:
+            self.level_sampler.replay.load_state_dict(state["level_replay"])
         _restore_task_state(self.venv, state["task_config"])
         return int(state["step"])
 
@@ -160,7 +176,8 @@ class Trainer:
         if self.curriculum is not None:  # the values in force from the first step on
             apply(self.curriculum.update(start, None), self.venv.core.config)
         cb = TrainingCallback(total, self.evaluate, self._on_eval, self.save_checkpoint,
-                              int(self.c["eval_every"]), int(self.c["checkpoint_every"]), progress, self._stop_rule())
+                              int(self.c["eval_every"]), int(self.c["checkpoint_every"]), progress, self._stop_rule(),
+                              self.level_sampler.update if self.level_sampler else None)
         try:
             if total > start:
                 self.model.learn(total - start, callback=cb, reset_num_timesteps=False, progress_bar=False)

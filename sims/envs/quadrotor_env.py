@@ -133,7 +133,8 @@ class QuadrotorVectorEnv(VectorEnv):
     Autoreset is ``SAME_STEP``: an env that terminates or truncates is reset inside the same
     ``step``; the returned observation is the new episode's first, and the last observation
     of the finished episode is in ``info["final_obs"]`` (masked by ``info["_final_obs"]``).
-    ``info["position_error"]`` (B,) is the distance to the reference before any reset, m.
+    ``info["position_error"]`` (B,) is the distance to the reference before any reset, m, and
+    ``info["level"]`` (B,) the curriculum level each env played (-1 without level replay).
     With ``privileged=True`` observations end with ``privileged_observation`` (14 floats) for an
     asymmetric critic, after the deployable part (22 floats + the task's action history).
     """
@@ -162,7 +163,8 @@ class QuadrotorVectorEnv(VectorEnv):
             raise ValueError(f"actions have shape {tuple(a.shape)}, expected ({self.num_envs}, 4)")
         r = self.core.step(a)
         ref, _ = self.core.reference()
-        info: dict[str, Any] = {"position_error": (self.core.state[:, :3] - ref).norm(dim=-1).numpy()}
+        info: dict[str, Any] = {"position_error": (self.core.state[:, :3] - ref).norm(dim=-1).numpy(),
+                                "level": self.core.levels.numpy().copy()}
         done = r.terminated | r.truncated
         obs = r.obs
         if bool(done.any()):

@@ -64,6 +64,7 @@ class BatchedQuadrotorTask:
         self.origin = torch.tensor(config.hover_position, **f).expand(B, 3).clone()  # (B, 3) hover point / waypoint
         self.previous_action = torch.zeros(B, 4, **f)
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
+        self.levels = torch.full((B,), -1, dtype=torch.long)  # curriculum level of each env, -1: none
         self.rng = np.random.default_rng()
 
     @property
@@ -119,6 +120,9 @@ class BatchedQuadrotorTask:
         cfg, rng = self.config, self.rng
         if self.param_sampler is not None:
             self._assign_params(idx, self.param_sampler(n, rng))
+            levels = getattr(self.param_sampler, "last_levels", None)  # set by level-replay samplers
+            if levels is not None:
+                self.levels[idx] = torch.as_tensor(levels, dtype=torch.long)
         p = self.sim.params
         f = dict(dtype=p.mass.dtype, device=p.mass.device)
         hover = torch.tensor(cfg.hover_position, **f)

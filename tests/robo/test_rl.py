@@ -109,3 +109,19 @@ def test_divergence_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_
     kept = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
     obs = np.zeros((1, 22), np.float32)
     np.testing.assert_array_equal(kept.act(obs), good.act(obs))
+
+
+def test_level_replay_curriculum_scores_the_levels_it_plays(tmp_path):
+    c = train_config(tmp_path, curriculum="level_replay", **{"task.episode_seconds": 0.1})
+    t = Trainer(c, tmp_path)
+    t.train(progress=False)
+    replay = t.level_sampler.replay
+    assert replay.seen.sum() >= 4 and np.all(replay.scores[replay.seen] > 0)
+    levels = t.venv.core.levels
+    assert (levels >= 0).all()
+    # an env's physics is its level's: level k always gives the same quadrotor
+    k = int(levels[0])
+    again = t.level_sampler.level_params(np.array([k]))
+    assert torch.allclose(again.mass, t.venv.core.sim.params.mass[:1])
+    state = json.loads((tmp_path / "checkpoints" / "latest" / "state.json").read_text())
+    assert sum(state["level_replay"]["seen"]) == replay.seen.sum()
