@@ -44,12 +44,17 @@ def observe(state: torch.Tensor, ref_position: torch.Tensor, ref_velocity: torch
 PRIVILEGED_DIM = 14
 
 
+# Reference scales of the privileged features (a Crazyflie-sized quad maps to about 0).
+MASS_REF, INERTIA_REF, ARM_REF = 0.03, 1e-5, 0.04  # kg, kg m^2, m
+
+
 def privileged_observation(state: torch.Tensor, params) -> torch.Tensor:
     """(B, 14) privileged features for an asymmetric critic (never for a deployable actor).
 
-    Motor states (4) in [-1, 1]; log mass (kg); thrust-to-weight; hover command in [-1, 1];
-    log principal inertia diagonal (3, kg m^2); mean rising and falling motor time constants
-    (s, x10); mean torque constant (m, x100); log arm length (m).
+    Motor states (4) in [-1, 1]; log(mass / 30 g); thrust-to-weight; hover command in [-1, 1];
+    log(principal inertia diagonal / 1e-5 kg m^2) (3); mean rising and falling motor time
+    constants (s, x10); mean torque constant (m, x100); log(arm length / 4 cm). Each is O(1) over
+    robo's randomization range, so none swamps the critic's first layer.
     """
     from sims.quadrotor.dynamics import MOTOR
 
@@ -58,12 +63,12 @@ def privileged_observation(state: torch.Tensor, params) -> torch.Tensor:
     J = torch.diagonal(params.inertia, dim1=-2, dim2=-1)
     return torch.cat([
         2 * state[:, MOTOR] - 1,
-        params.mass.log()[:, None],
+        (params.mass / MASS_REF).log()[:, None],
         (max_thrust / (params.mass * g))[:, None],
         (2 * params.hover_command() - 1)[:, None],
-        J.log(),
+        (J / INERTIA_REF).log(),
         10 * params.tau_rising.mean(-1, keepdim=True),
         10 * params.tau_falling.mean(-1, keepdim=True),
         100 * params.torque_constant.mean(-1, keepdim=True),
-        params.rotor_positions.norm(dim=-1).mean(-1, keepdim=True).log(),
+        (params.rotor_positions.norm(dim=-1).mean(-1, keepdim=True) / ARM_REF).log(),
     ], dim=-1)
