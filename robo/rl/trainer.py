@@ -19,7 +19,7 @@ import torch
 from stable_baselines3 import PPO, SAC, TD3
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-from stable_baselines3.common.vec_env import VecMonitor
+from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 from policies.checkpoint import atomic_directory
 from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevelReplay, ScheduledCurriculum,
@@ -90,6 +90,9 @@ class Trainer:
                                        privileged=bool(c["privileged_critic"]))
         self.venv.reset(seed=int(c["seed"]))
         self.sb3_env = VecMonitor(SB3VecEnvAdapter(self.venv))
+        if c["algo"].get("normalize_observations", False):
+            # running mean/std of observations; the exported actor carries the actor slice's stats
+            self.sb3_env = VecNormalize(self.sb3_env, norm_obs=True, norm_reward=False, clip_obs=1e6)
         self.actor_obs_dim = OBS_DIM + 4 * self.venv.core.config.action_history
         self.curriculum = make_curriculum(c.get("curriculum"))
         self.curriculum_log = CurriculumLog()
@@ -141,6 +144,8 @@ class Trainer:
             self.model.save(tmp / "sb3.zip")
             if isinstance(self.model, OffPolicyAlgorithm):
                 self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
+            if isinstance(self.sb3_env, VecNormalize):
+                self.sb3_env.save(str(tmp / "vec_normalize.pkl"))
             state = {"step": step, "history": self.history, "curriculum_log": self.curriculum_log.rows,
                      "curriculum": self.curriculum.state_dict() if self.curriculum else None,
                      "level_replay": self.level_sampler.replay.state_dict() if self.level_sampler else None,
@@ -153,6 +158,9 @@ class Trainer:
         self.model = cls.load(path / "sb3.zip", env=self.sb3_env, tensorboard_log=str(self.run_dir / "tensorboard"))
         if (path / "replay_buffer.pkl").exists() and isinstance(self.model, OffPolicyAlgorithm):
             self.model.load_replay_buffer(path / "replay_buffer.pkl")
+        if isinstance(self.sb3_env, VecNormalize):
+            stats = VecNormalize.load(str(path / "vec_normalize.pkl"), self.sb3_env.venv)
+            self.sb3_env.obs_rms = stats.obs_rms
         state = json.loads((path / "state.json").read_text())
         self.history = state["history"]
         self.curriculum_log.rows = state["curriculum_log"]
@@ -202,8 +210,14 @@ class Trainer:
         return lambda m: m["final_median_position_error"] < target and m["crashes"] <= max_crashes
 
     def policy(self):
-        """The deployable actor (reads the first ``actor_obs_dim`` observation floats)."""
-        return export_actor(self.model, self.actor_obs_dim)
+        """The deployable actor (reads the first ``actor_obs_dim`` raw observation floats)."""
+        policy = export_actor(self.model, self.actor_obs_dim)
+        if isinstance(self.sb3_env, VecNormalize):
+            rms, n = self.sb3_env.obs_rms, self.actor_obs_dim
+            policy.model.obs_mean.copy_(torch.as_tensor(rms.mean[:n], dtype=torch.float32))
+            std = np.sqrt(rms.var[:n] + self.sb3_env.epsilon)
+            policy.model.obs_std.copy_(torch.as_tensor(std, dtype=torch.float32))
+        return policy
 
 
 def _task_state(venv) -> dict:

@@ -125,3 +125,14 @@ def test_level_replay_curriculum_scores_the_levels_it_plays(tmp_path):
     assert torch.allclose(again.mass, t.venv.core.sim.params.mass[:1])
     state = json.loads((tmp_path / "checkpoints" / "latest" / "state.json").read_text())
     assert sum(state["level_replay"]["seen"]) == replay.seen.sum()
+
+
+def test_observation_normalization_is_carried_by_the_exported_actor(tmp_path):
+    t = Trainer(train_config(tmp_path, **{"algo.normalize_observations": "true"}), tmp_path)
+    t.train(progress=False)
+    obs = t.sb3_env.reset()  # normalized by VecNormalize
+    raw = t.sb3_env.get_original_obs()
+    expected, _ = t.model.predict(obs, deterministic=True)
+    np.testing.assert_allclose(t.policy().act(raw[:, :22]), expected, atol=1e-5)
+    saved = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
+    assert not torch.allclose(saved.model.obs_std, torch.ones(22))
