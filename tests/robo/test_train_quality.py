@@ -1,0 +1,47 @@
+"""Training must actually learn: a short TD3 run (200k env steps, ~55 s on this CPU) against
+random and untrained actors. Measured: survives 4.3 s of 5 s on average vs 0.6-0.7 s."""
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from policies.mlp import MLPPolicy
+from robo.evaluate import rollout
+from robo.rl.trainer import Trainer
+from sims.envs import make_batched_task
+
+
+class RandomPolicy:
+    obs_dim, action_dim = 22, 4
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+    def reset(self, mask=None):
+        return None
+
+    def act(self, obs):
+        return self.rng.uniform(-1, 1, (obs.shape[0], 4)).astype(np.float32)
+
+
+def survival_seconds(policy) -> float:
+    """Mean time (s) before crashing over 64 Crazyflies from 0.5 m / 30 deg starts, capped at 5 s."""
+    task = make_batched_task("hover", "crazyflie", 64)
+    task.seed(1)
+    r = rollout(policy, task, 5.0)
+    return float(np.where(r.crashed_at < 0, len(r.times) - 1, r.crashed_at).mean() * task.dt)
+
+
+def test_short_td3_run_flies_far_longer_than_random_or_untrained(tmp_path):
+    torch.set_num_threads(1)
+    with initialize_config_module("robo.configs", version_base="1.3"):
+        c = OmegaConf.to_container(compose("train", overrides=[
+            "total_steps=200000", "eval_every=1000000", "checkpoint_every=1000000"]), resolve=True)
+    trainer = Trainer(c, tmp_path)
+    trainer.train(progress=False)
+    trained = survival_seconds(trainer.policy())
+    torch.manual_seed(0)
+    untrained = MLPPolicy(trainer.policy().config)
+    assert trained > 3 * survival_seconds(RandomPolicy())
+    assert trained > 2 * survival_seconds(untrained)
