@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 
 INFERENCE_SCHEDULERS = ("ddim", "dpmsolver")
 PREDICTION_TYPES = ("epsilon", "sample")
+DENOISERS = ("unet", "mlp")
 
 
 @dataclass
 class DiffusionConfig:
-    """A conditional 1-D temporal U-Net denoises a chunk of ``horizon`` actions given the last
+    """A denoiser (``denoiser``: a conditional 1-D temporal U-Net, or a residual MLP over the
+    flattened chunk, several times cheaper to train on a CPU) denoises a chunk of ``horizon`` actions given the last
     ``n_obs_steps`` observations; ``n_action_steps`` of them are executed before replanning.
 
     Observations: state (obs_dim,) and, when ``image_shape`` is set ((3, H, W)), an image in
@@ -28,10 +30,13 @@ class DiffusionConfig:
     horizon: int = 16
     n_action_steps: int = 8
     # denoiser
+    denoiser: str = "unet"  # unet | mlp
     down_dims: list[int] = field(default_factory=lambda: [64, 128, 256])
     kernel_size: int = 5
     n_groups: int = 8
     diffusion_step_embed_dim: int = 128
+    mlp_hidden: int = 512  # denoiser = mlp: width and number of residual blocks
+    mlp_blocks: int = 3
     # image encoder
     encoder_channels: list[int] = field(default_factory=lambda: [32, 64, 128])
     spatial_keypoints: int = 32
@@ -55,12 +60,14 @@ class DiffusionConfig:
                      "num_train_timesteps", "num_inference_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.denoiser not in DENOISERS:
+            raise ValueError(f"unknown denoiser {self.denoiser!r}; choose one of {list(DENOISERS)}")
         self.down_dims = [int(d) for d in self.down_dims]
         self.encoder_channels = [int(c) for c in self.encoder_channels]
         if not self.down_dims:
             raise ValueError("down_dims must list at least one channel count, e.g. [64, 128, 256]")
         factor = 2 ** (len(self.down_dims) - 1)
-        if self.horizon % factor:
+        if self.denoiser == "unet" and self.horizon % factor:
             raise ValueError(f"horizon {self.horizon} must be a multiple of {factor} (the U-Net halves it "
                              f"{len(self.down_dims) - 1} times for down_dims={self.down_dims})")
         if self.n_obs_steps - 1 + self.n_action_steps > self.horizon:
@@ -75,7 +82,7 @@ class DiffusionConfig:
         if self.num_inference_steps > self.num_train_timesteps:
             raise ValueError(f"num_inference_steps {self.num_inference_steps} exceeds num_train_timesteps "
                              f"{self.num_train_timesteps}")
-        if any(d % self.n_groups for d in self.down_dims):
+        if self.denoiser == "unet" and any(d % self.n_groups for d in self.down_dims):
             raise ValueError(f"every down_dims entry must be divisible by n_groups={self.n_groups}: {self.down_dims}")
         if self.image_shape is not None:
             self.image_shape = [int(s) for s in self.image_shape]

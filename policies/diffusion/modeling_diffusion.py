@@ -21,6 +21,7 @@ from ..base import ArrayLike
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..normalize import Normalizer, check_policy_stats
 from .configuration_diffusion import DiffusionConfig
+from .mlp import ConditionalMlp
 from .unet import ConditionalUnet1d
 from .vision import ImageEncoder
 
@@ -32,7 +33,7 @@ def ema_decay(step: int, power: float = 0.75, max_decay: float = 0.9999) -> floa
 
 
 class DiffusionModel(nn.Module):
-    """Normalizers + image encoder + conditional U-Net (everything saved in the checkpoint)."""
+    """Normalizers + image encoder + denoiser (a conditional U-Net or MLP; everything saved in the checkpoint)."""
 
     def __init__(self, config: DiffusionConfig):
         super().__init__()
@@ -45,8 +46,13 @@ class DiffusionModel(nn.Module):
             self.image_encoder = ImageEncoder(config.encoder_channels, config.spatial_keypoints,
                                               config.image_feature_dim)
             feature_dim += config.image_feature_dim
-        self.unet = ConditionalUnet1d(config.action_dim, feature_dim * config.n_obs_steps, config.down_dims,
-                                      config.kernel_size, config.n_groups, config.diffusion_step_embed_dim)
+        cond_dim = feature_dim * config.n_obs_steps
+        if config.denoiser == "unet":
+            self.denoiser = ConditionalUnet1d(config.action_dim, cond_dim, config.down_dims, config.kernel_size,
+                                              config.n_groups, config.diffusion_step_embed_dim)
+        else:
+            self.denoiser = ConditionalMlp(config.action_dim, config.horizon, cond_dim, config.mlp_hidden,
+                                           config.mlp_blocks, config.diffusion_step_embed_dim)
 
     def condition(self, obs: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
         """obs (B, To, obs_dim) raw, image (B, To, 3, H, W) in [0, 1] -> cond (B, To * features)."""
@@ -162,7 +168,7 @@ class DiffusionPolicy:
     # Training -------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)[, "image"]},
-        raw units -> scalar MSE between the U-Net output and the noise (or the clean chunk)."""
+        raw units -> scalar MSE between the denoiser's output and the noise (or the clean chunk)."""
         c = self.config
         self.model.train()
         obs, image = self._inputs({"state": batch["obs"], "image": batch.get("image")}, time_axis=True)
@@ -171,7 +177,7 @@ class DiffusionPolicy:
         x0 = self.model.action_normalizer(action)
         noise = torch.randn_like(x0)
         t = torch.randint(0, c.num_train_timesteps, (x0.shape[0],))
-        pred = self.model.unet(self.noise_scheduler.add_noise(x0, noise, t), t, self.model.condition(obs, image))
+        pred = self.model.denoiser(self.noise_scheduler.add_noise(x0, noise, t), t, self.model.condition(obs, image))
         return F.mse_loss(pred, noise if c.prediction_type == "epsilon" else x0)
 
     # Inference ------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ class DiffusionPolicy:
         x = self._noise(noise, obs.shape[0], generator)
         scheduler = self.make_inference_scheduler()
         for t in scheduler.timesteps:
-            out = model.unet(x, t.expand(x.shape[0]), cond)
+            out = model.denoiser(x, t.expand(x.shape[0]), cond)
             x = scheduler.step(out, t, x).prev_sample
         actions = model.action_normalizer.unnormalize(x)
         return actions.numpy() if isinstance(_state_of(obs_history), np.ndarray) else actions

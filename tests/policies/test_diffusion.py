@@ -57,9 +57,12 @@ def test_image_policy_shapes():
         policy.act({"state": torch.randn(2, 5), "image": torch.rand(2, 3, 16, 16)})
 
 
-@pytest.mark.parametrize("scheduler", ["ddim", "dpmsolver"])
-def test_chunk_is_a_deterministic_function_of_the_noise(scheduler):
-    policy = trained_policy(inference_scheduler=scheduler)
+MLP = dict(denoiser="mlp", mlp_hidden=32, mlp_blocks=1)
+
+
+@pytest.mark.parametrize("scheduler,denoiser", [("ddim", {}), ("dpmsolver", {}), ("ddim", MLP)])
+def test_chunk_is_a_deterministic_function_of_the_noise(scheduler, denoiser):
+    policy = trained_policy(inference_scheduler=scheduler, **denoiser)
     obs = torch.randn(4, 2, 5)
     noise = torch.randn(4, 8, 2)
     a, b = policy.predict_chunk(obs, noise), policy.predict_chunk(obs, noise.clone())
@@ -94,8 +97,9 @@ def test_act_executes_the_planned_chunk_and_replans_per_env():
     assert torch.allclose(b[1:], fresh, atol=1e-6) and torch.allclose(b[0], old_plan, atol=1e-6)
 
 
-def test_save_load_round_trip_gives_identical_actions(tmp_path):
-    policy = trained_policy()
+@pytest.mark.parametrize("denoiser", [{}, MLP])
+def test_save_load_round_trip_gives_identical_actions(tmp_path, denoiser):
+    policy = trained_policy(**denoiser)
     assert not torch.equal(next(policy.model.parameters()), next(policy.inference_model.parameters()))
     policy.save(tmp_path / "ckpt")
     loaded = load_policy(tmp_path / "ckpt")
@@ -131,6 +135,9 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         policy.compute_loss({"obs": torch.randn(2, 2, 5), "action": torch.full((2, 8, 2), float("nan"))})
     with pytest.raises(ValueError, match="horizon 12 must be a multiple of 8"):
         DiffusionConfig(horizon=12, down_dims=[8, 16, 32, 64])
+    DiffusionConfig(horizon=12, down_dims=[8, 16, 32, 64], denoiser="mlp")  # the MLP takes any horizon
+    with pytest.raises(ValueError, match="unknown denoiser 'transformer'"):
+        DiffusionConfig(denoiser="transformer")
     with pytest.raises(ValueError, match="unknown inference_scheduler 'euler'"):
         DiffusionConfig(inference_scheduler="euler")
     with pytest.raises(KeyError, match="'action'"):
