@@ -25,20 +25,11 @@ from omegaconf import OmegaConf
 
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
-from robo.steer.command import task_env_factory
+from robo.steer.command import algo_config, task_env_factory
 from robo.steer.trainer import SteerTrainer
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
-def algo_config(name: str, overrides: list[str] | None = None) -> dict:
-    """configs/algo/<name>.yaml merged over its defaults, then ``overrides`` (dotted key=value)."""
-    cfg = OmegaConf.load(CONFIGS / "algo" / f"{name}.yaml")
-    parents = [d for d in cfg.pop("defaults", []) if d != "_self_"]
-    merged = OmegaConf.merge(*(OmegaConf.load(CONFIGS / "algo" / f"{p}.yaml") for p in parents), cfg,
-                             OmegaConf.from_dotlist(overrides or []))
-    return OmegaConf.to_container(merged, resolve=True)
 
 
 def run_method(name: str, base, task: dict, args, out: Path) -> dict:

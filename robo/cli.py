@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     def task_fn(cfg) -> None:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         result = module.run(cfg, run_dir)
-        print(_summary(command, result, run_dir))
+        resumed = cfg.get("resume") if isinstance(cfg.get("resume"), str) else None  # commands resume in place
+        print(_summary(command, result, Path(resumed) if resumed else run_dir))
 
     sys.argv = [f"robo-{command}", *rest]
     hydra.main(version_base="1.3", config_path="pkg://robo.configs", config_name=command)(task_fn)()

@@ -5,6 +5,7 @@ baselines); resumable with ``resume=<run folder>``."""
 from __future__ import annotations
 
 import logging
+from importlib import resources
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,7 +20,18 @@ from robo.run_dir import check_resume_config, write_json, write_resolved_config
 from .trainer import SteerTrainer
 
 log = logging.getLogger(__name__)
+ALGO_CONFIGS = resources.files("robo.configs") / "algo"  # the repository's configs/algo
 RESUMABLE_CHANGES = {"resume", "threads", "total_env_steps", "eval", "video", "base"}
+
+
+def algo_config(name: str, overrides: list[str] | None = None) -> dict:
+    """configs/algo/<name>.yaml merged over its defaults, then ``overrides`` (dotted key=value), as
+    Hydra composes ``algo=<name>`` (for benchmarks and tests that build a trainer directly)."""
+    cfg = OmegaConf.create((ALGO_CONFIGS / f"{name}.yaml").read_text())
+    parents = [d for d in cfg.pop("defaults", []) if d != "_self_"]
+    merged = OmegaConf.merge(*(OmegaConf.create(algo_config(p)) for p in parents), cfg,
+                             OmegaConf.from_dotlist(overrides or []))
+    return OmegaConf.to_container(merged, resolve=True)
 
 
 def task_env_factory(task: dict):

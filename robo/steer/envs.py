@@ -11,10 +11,11 @@
 
 Observation: the last ``n_obs_steps`` env observations, flattened (n_obs_steps * obs_dim,) and
 mapped to [-1, 1] by the wrapped env's observation bounds (raw when unbounded); the first
-observation after reset fills the window. Reward (``reward``): ``"env"``, the undiscounted sum
-over the executed actions of ``env reward - reward_offset``; or ``"success"`` (sparse, as DSRL on
-Robomimic): 1 on the step where the wrapped env reports ``info["is_success"]``, else 0 (the
-discount then prefers fast success; failing terminations such as collisions earn nothing).
+observation after reset fills the window. Reward (``reward``): the undiscounted sum over the
+executed actions of ``r - reward_offset``, where r is the env's reward (``"env"``) or, for
+``"success"`` (sparse, as DSRL on Robomimic), 1 on the step where the wrapped env reports
+``info["is_success"]``, else 0. ``reward_offset = 1`` with ``"success"`` is DSRL's Robomimic
+reward: -1 per env step until success, so the return counts the steps it took.
 ``failure_reward`` is added when the env terminates without success (a collision: without it,
 "minus one per step" would pay the agent to crash early). The chunk stops early on
 termination/truncation.
@@ -139,10 +140,8 @@ class ChunkEnv(gym.Env):
                 break
             obs, r, terminated, truncated, info = self.env.step(env_action.astype(self.env.action_space.dtype))
             self._push(obs)
-            if self.reward_mode == "env":
-                total += float(r) - self.reward_offset
-            else:
-                total += float(bool(info.get("is_success", False)))
+            success = float(bool(info.get("is_success", False)))
+            total += (float(r) if self.reward_mode == "env" else success) - self.reward_offset
             executed += 1
             self.episode_env_steps += 1
             self.total_env_steps += 1
@@ -160,6 +159,7 @@ class ChunkEnv(gym.Env):
             if self.on_stop is not None:
                 self.on_stop(self.env)
         info["env_steps"] = executed
+        info["actions"] = actions[:executed]  # (executed, env_action_dim): what the env received
         info.setdefault("is_success", False)
         self._needs_reset = bool(terminated or truncated)
         return self._agent_obs(), total, bool(terminated), bool(truncated), info

@@ -1,8 +1,9 @@
-"""SAC over a chunk wrapper (DSRL, residual RL or plain actions) with an env-step budget.
+"""SAC over a chunk wrapper (DSRL, residual RL or plain actions), or DSRL-NA, with an env-step budget.
 
 Run folder: ``config.yaml``, ``train.log``, TensorBoard events, ``checkpoints/latest``
-(``sb3.zip``, ``replay_buffer.pkl``, ``state.json`` and, for DSRL, ``policy/``: the steered
-policy as one robo checkpoint). ``train(resume=True)`` continues from it.
+(``sb3.zip`` + ``replay_buffer.pkl``, or ``dsrl_na.pt`` for DSRL-NA; ``state.json`` and, for
+latent steering, ``policy/``: the steered policy as one robo checkpoint). ``train(resume=True)``
+continues from it.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ from policies.steered import SteeredConfig, SteeredPolicy
 from robo.rl.asymmetric import export_actor
 from robo.rl.callbacks import DivergenceError, parameters_finite
 
+from .dsrl_na import DSRLNA, DSRLNAConfig
 from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv
 
 log = logging.getLogger(__name__)
 LATEST = "latest"
+NA_STATE = "dsrl_na.pt"
 MODES = ("latent", "residual", "action")
+WARMUPS = ("uniform", "base")  # warm-up decisions: uniform in the action box, or the base policy's noise
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
 
 
@@ -52,7 +56,7 @@ def make_chunk_env(mode: str, env: gym.Env, base: ChunkedPolicy | None, a: dict)
     raise ValueError(f"unknown steering mode {mode!r}; choose one of {list(MODES)}")
 
 
-def evaluate_agent(model: SAC | None, make_env: Callable[[], ChunkEnv], episodes: int, seed: int) -> dict[str, float]:
+def evaluate_agent(model: SAC | DSRLNA | None, make_env: Callable[[], ChunkEnv], episodes: int, seed: int) -> dict[str, float]:
     """Deterministic episodes of the agent (``None``: zero actions) in fresh wrapper envs seeded
     ``seed + i``; returns success_rate, mean_return (wrapper reward), mean_env_steps, episodes."""
     env = make_env()
@@ -71,6 +75,25 @@ def evaluate_agent(model: SAC | None, make_env: Callable[[], ChunkEnv], episodes
     env.close()
     return {"success_rate": float(np.mean(succ)), "mean_return": float(np.mean(rets)),
             "mean_env_steps": float(np.mean(steps)), "episodes": episodes}
+
+
+class SteerSAC(SAC):
+    """SB3 SAC whose warm-up decisions (before ``learning_starts``) can come from the base policy.
+
+    With ``warmup_std`` set, warm-up actions are ``clip(warmup_std * N(0, I), -1, 1)`` instead of
+    uniform samples of the box. For DSRL with ``warmup_std = 1 / noise_bound`` that is the frozen
+    policy's own noise distribution, so the replay buffer starts with base-policy rollouts (as
+    DSRL does); uniform noise in the whole box decodes to worse-than-base chunks.
+    """
+
+    warmup_std: float | None = None
+
+    def _sample_action(self, learning_starts: int, action_noise=None, n_envs: int = 1):
+        if self.warmup_std is not None and self.num_timesteps < learning_starts:
+            shape = (n_envs, *self.action_space.shape)
+            a = np.clip(self.warmup_std * np.random.standard_normal(shape), -1.0, 1.0).astype(np.float32)
+            return a, a
+        return super()._sample_action(learning_starts, action_noise, n_envs)
 
 
 class EnvStepCallback(BaseCallback):
@@ -92,6 +115,10 @@ class EnvStepCallback(BaseCallback):
     def _on_step(self) -> bool:
         if not np.all(np.isfinite(self.locals["rewards"])):
             raise DivergenceError(f"non-finite reward at env step {self.t.env_steps}")
+        return self.tick()
+
+    def tick(self) -> bool:
+        """Progress, evaluation and checkpoints due at the current env step; False at the budget."""
         n = self.t.env_steps
         if self.bar is not None:
             self.bar.n = min(n, self.t.budget)
@@ -138,12 +165,24 @@ class SteerTrainer:
     def env_steps(self) -> int:
         return self._env_step_offset + sum(e.total_env_steps for e in self.envs)
 
-    def _build_model(self) -> SAC:
+    def _build_model(self) -> SAC | DSRLNA:
         a = self.algo
+        if a.get("name") == "dsrl_na":
+            if self.mode != "latent" or len(self.envs) != 1:
+                raise ValueError("algo=dsrl_na steers the latent noise (mode: latent) with num_envs=1")
+            return DSRLNA(self.envs[0], DSRLNAConfig(**(a.get("dsrl_na") or {})), seed=int(self.c["seed"]))
         pk = dict(a.get("policy_kwargs") or {})
         pk["activation_fn"] = ACTIVATIONS[a.get("activation", "relu")]
-        return SAC("MlpPolicy", self.venv, policy_kwargs=pk, seed=int(self.c["seed"]), verbose=0,
-                   tensorboard_log=str(self.run_dir / "tensorboard"), **(a.get("kwargs") or {}))
+        model = SteerSAC("MlpPolicy", self.venv, policy_kwargs=pk, seed=int(self.c["seed"]), verbose=0,
+                         tensorboard_log=str(self.run_dir / "tensorboard"), **(a.get("kwargs") or {}))
+        warmup = a.get("warmup", "uniform")
+        if warmup not in WARMUPS:
+            raise ValueError(f"unknown algo.warmup {warmup!r}; choose one of {list(WARMUPS)}")
+        if warmup == "base":
+            if self.mode != "latent":
+                raise ValueError("algo.warmup=base samples the base policy's noise: it needs algo.mode=latent")
+            model.warmup_std = 1.0 / self.envs[0].noise_bound
+        return model
 
     # evaluation ---------------------------------------------------------------------------
     def evaluate(self, episodes: int) -> dict:
@@ -155,7 +194,7 @@ class SteerTrainer:
         self.history.append(m)
         log.info("env step %d: %s", m["env_steps"], {k: round(v, 4) if isinstance(v, float) else v
                                                        for k, v in m.items()})
-        if self.model is not None:
+        if isinstance(self.model, SAC):
             for k in ("success_rate", "mean_return"):
                 self.model.logger.record(f"eval/{k}", m[k])
 
@@ -164,6 +203,8 @@ class SteerTrainer:
         """The deterministic SAC actor as a ``SteeredPolicy`` over the base (DSRL only)."""
         if self.mode != "latent":
             raise ValueError(f"only algo.mode=latent yields a steered policy, not {self.mode!r}")
+        if isinstance(self.model, DSRLNA):
+            return self.model.steered_policy()
         env = self.envs[0]
         mlp = export_actor(self.model, env.observation_space.shape[0])
         center, scale = env.window_normalization()
@@ -178,11 +219,17 @@ class SteerTrainer:
 
     # checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        if not parameters_finite(self.model):
+        na = isinstance(self.model, DSRLNA)
+        finite = all(bool(torch.isfinite(p).all()) for p in self.model.actor.parameters()) if na \
+            else parameters_finite(self.model)
+        if not finite:
             raise DivergenceError(f"non-finite network parameters at env step {self.env_steps}")
         with atomic_directory(self.ckpt_dir / LATEST) as tmp:
-            self.model.save(tmp / "sb3.zip")
-            self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
+            if na:
+                torch.save(self.model.state_dict(), tmp / NA_STATE)
+            else:
+                self.model.save(tmp / "sb3.zip")
+                self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
             if self.mode == "latent":
                 self.steered_policy().save(tmp / "policy")
             state = {"env_steps": self.env_steps, "history": self.history}
@@ -190,24 +237,46 @@ class SteerTrainer:
         return self.ckpt_dir / LATEST
 
     def _load_checkpoint(self, path: Path) -> None:
-        self.model = SAC.load(path / "sb3.zip", env=self.venv, tensorboard_log=str(self.run_dir / "tensorboard"))
-        self.model.load_replay_buffer(path / "replay_buffer.pkl")
+        if (path / NA_STATE).exists():
+            self.model = self._build_model()
+            self.model.load_state_dict(torch.load(path / NA_STATE, weights_only=False))
+        else:
+            self.model = SteerSAC.load(path / "sb3.zip", env=self.venv,
+                                       tensorboard_log=str(self.run_dir / "tensorboard"))
+            self.model.load_replay_buffer(path / "replay_buffer.pkl")
         state = json.loads((path / "state.json").read_text())
         self._env_step_offset = int(state["env_steps"]) - sum(e.total_env_steps for e in self.envs)
         self.history = state["history"]
 
+    def _learn_na(self) -> None:
+        """DSRL-NA one decision at a time, with the same evaluation/checkpoint cadence as SB3's."""
+        ticks = EnvStepCallback(self)
+        ticks._on_training_start()
+        try:
+            while True:
+                self.model.learn(1)
+                if not np.isfinite(self.model.last_losses.get("q_action", 0.0)):
+                    raise DivergenceError(f"non-finite critic loss at env step {self.env_steps}")
+                if not ticks.tick():
+                    break
+        finally:
+            ticks._on_training_end()
+
     def train(self, resume: bool = False) -> dict:
         """Run SAC until ``total_env_steps`` env steps; returns the final evaluation."""
         latest = self.ckpt_dir / LATEST
-        if resume and (latest / "sb3.zip").exists():
+        if resume and ((latest / "sb3.zip").exists() or (latest / NA_STATE).exists()):
             self._load_checkpoint(latest)
             log.info("resumed from %s at env step %d", latest, self.env_steps)
         else:
             self.model = self._build_model()
         if self.env_steps < self.budget:
             try:  # SB3 counts agent decisions; the callback stops at the env-step budget
-                self.model.learn(10 * self.budget, callback=EnvStepCallback(self), reset_num_timesteps=False,
-                                 progress_bar=False)
+                if isinstance(self.model, DSRLNA):
+                    self._learn_na()
+                else:
+                    self.model.learn(10 * self.budget, callback=EnvStepCallback(self), reset_num_timesteps=False,
+                                     progress_bar=False)
             except DivergenceError as e:
                 raise DivergenceError(f"training diverged: {e}. Last good checkpoint: {latest}") from e
         self.save_checkpoint()
