@@ -5,7 +5,7 @@
 
 The base policy (a deliberately weak diffusion policy, e.g. ``robo train policy=diffusion
 task=pusht demos=20 policy.train.steps=...``) is evaluated first with N(0, I) noise through the
-chunked evaluation path. Each method then trains with SAC (configs/algo/<method>.yaml) for
+chunked evaluation path, and with zero noise. Each method then trains with SAC (configs/algo/<method>.yaml) for
 ``--budget`` env steps, evaluating every ``--eval-every`` env steps on ``--eval-episodes``
 episodes; the final evaluation uses ``--episodes`` episodes with the same env seeds as the base
 (for DSRL through the exported steered policy, i.e. the ordinary evaluation path). Prints one
@@ -30,6 +30,20 @@ from robo.steer.trainer import SteerTrainer
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+class ZeroNoise:
+    """The base policy with its noise fixed at zero (the mode its denoiser maps the mean noise to):
+    the constant-noise reference a learned steering actor should beat."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def act(self, obs, noise=None):
+        return self.base.act(obs, noise=torch.zeros(len(obs), *self.base.noise_shape))
 
 
 def run_method(name: str, base, task: dict, args, out: Path) -> dict:
@@ -63,7 +77,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=2000)
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--target", type=float, default=0.85)
-    ap.add_argument("--methods", default="dsrl,residual_sac,sac_actions")
+    ap.add_argument("--methods", default="dsrl,dsrl_na,residual_sac,sac_actions")
     ap.add_argument("--set", action="append", help="algo override for every method, e.g. kwargs.gradient_steps=2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("runs/bench_steer"))
@@ -74,7 +88,11 @@ def main() -> None:
     base = load_policy(args.base)
     m = evaluate_chunked_policy(base, task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
                                 env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
+    z = evaluate_chunked_policy(ZeroNoise(base), task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
+                                env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
     rows = [{"method": f"base {base.kind} (N(0, I) noise)", "env_steps": 0, "success": m["success_rate"],
+             "episodes": args.episodes, "steps_to_target": "-", "wall_min": 0.0},
+            {"method": f"base {base.kind} (zero noise)", "env_steps": 0, "success": z["success_rate"],
              "episodes": args.episodes, "steps_to_target": "-", "wall_min": 0.0}]
     for name in args.methods.split(","):
         rows.append(run_method(name, base, task, args, args.out))
