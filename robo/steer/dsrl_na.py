@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from policies.chunked import ChunkedPolicy
 from policies.steered import SteeredConfig, SteeredPolicy
 from policies.steered.modeling_steered import check_base, make_noise_actor
 
@@ -84,8 +83,9 @@ class ReplayBuffer:
 
     def __init__(self, size: int, window_dim: int, action_dim: int):
         self.size, self.n, self.i = size, 0, 0
-        self.data = {"window": np.zeros((size, window_dim), np.float32), "action": np.zeros((size, action_dim), np.float32),
-                     "reward": np.zeros(size, np.float32), "next_window": np.zeros((size, window_dim), np.float32),
+        self.data = {"window": np.zeros((size, window_dim), np.float32),
+                     "action": np.zeros((size, action_dim), np.float32), "reward": np.zeros(size, np.float32),
+                     "next_window": np.zeros((size, window_dim), np.float32),
                      "terminated": np.zeros(size, np.float32)}
 
     def add(self, **batch: np.ndarray) -> None:

@@ -56,7 +56,8 @@ def make_chunk_env(mode: str, env: gym.Env, base: ChunkedPolicy | None, a: dict)
     raise ValueError(f"unknown steering mode {mode!r}; choose one of {list(MODES)}")
 
 
-def evaluate_agent(model: SAC | DSRLNA | None, make_env: Callable[[], ChunkEnv], episodes: int, seed: int) -> dict[str, float]:
+def evaluate_agent(model: SAC | DSRLNA | None, make_env: Callable[[], ChunkEnv], episodes: int,
+                   seed: int) -> dict[str, float]:
     """Deterministic episodes of the agent (``None``: zero actions) in fresh wrapper envs seeded
     ``seed + i``; returns success_rate, mean_return (wrapper reward), mean_env_steps, episodes."""
     env = make_env()
@@ -142,7 +143,8 @@ class SteerTrainer:
     (None for ``algo.mode=action``); ``make_env``: ``() -> gym.Env`` of the task."""
 
     def __init__(self, c: dict[str, Any], run_dir: str | Path, base: ChunkedPolicy | None,
-                 make_env: Callable[[], gym.Env], progress: bool = True):
+                 make_env: Callable[[], gym.Env], progress: bool = True,
+                 make_imagined_env: Callable[[], gym.Env] | None = None):
         self.c, self.run_dir, self.base, self._make_task_env = c, Path(run_dir), base, make_env
         self.algo = c["algo"]
         self.mode = self.algo.get("mode", "latent")
@@ -151,7 +153,13 @@ class SteerTrainer:
         self.budget, self.progress = int(c["total_env_steps"]), progress
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.envs = [self.make_env() for _ in range(int(c.get("num_envs", 1)))]
-        self.venv = DummyVecEnv([lambda e=e: e for e in self.envs])
+        # imagined envs (a world model behind the same chunk wrapper) add data but no real env steps
+        n_imagined = int(c.get("imagined_envs", 0))
+        if n_imagined and make_imagined_env is None:
+            raise ValueError(f"imagined_envs={n_imagined} needs make_imagined_env (a world-model env factory)")
+        self.imagined_envs = [make_chunk_env(self.mode, make_imagined_env(), base, self.algo)
+                              for _ in range(n_imagined)]
+        self.venv = DummyVecEnv([lambda e=e: e for e in self.envs + self.imagined_envs])
         self.venv.seed(int(c["seed"]))
         self.model: SAC | None = None
         self.history: list[dict] = []
@@ -163,12 +171,17 @@ class SteerTrainer:
 
     @property
     def env_steps(self) -> int:
+        """Real env steps (imagined ones are not counted against the budget)."""
         return self._env_step_offset + sum(e.total_env_steps for e in self.envs)
+
+    @property
+    def imagined_env_steps(self) -> int:
+        return sum(e.total_env_steps for e in self.imagined_envs)
 
     def _build_model(self) -> SAC | DSRLNA:
         a = self.algo
         if a.get("name") == "dsrl_na":
-            if self.mode != "latent" or len(self.envs) != 1:
+            if self.mode != "latent" or len(self.envs) != 1 or self.imagined_envs:
                 raise ValueError("algo=dsrl_na steers the latent noise (mode: latent) with num_envs=1")
             return DSRLNA(self.envs[0], DSRLNAConfig(**(a.get("dsrl_na") or {})), seed=int(self.c["seed"]))
         pk = dict(a.get("policy_kwargs") or {})

@@ -168,3 +168,33 @@ class MixedVectorEnv(VectorEnv):
     def close(self, **kwargs) -> None:
         self.real.close()
         self.imagined.close()
+
+
+class SingleImaginedEnv(gym.Env):
+    """One imagined episode as a plain ``gym.Env`` (an ``ImaginedEnv`` with ``num_envs=1``), for
+    trainers that wrap single envs, such as DSRL's ``LatentNoiseEnv``. When the episode ends the
+    final observation is returned (not the next start) and ``reset()`` is required.
+    ``info["is_success"]`` comes from the model's ``success_fn``."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, imagined: ImaginedEnv):
+        if imagined.num_envs != 1:
+            raise ValueError(f"SingleImaginedEnv needs an ImaginedEnv with num_envs=1, got {imagined.num_envs}")
+        self.imagined = imagined
+        self.observation_space = imagined.single_observation_space
+        self.action_space = imagined.single_action_space
+        self.render_mode = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        obs, _ = self.imagined.reset(seed=seed)
+        return obs[0], {}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.imagined.step(np.asarray(action, np.float32)[None])
+        done = bool(terminated[0] or truncated[0])
+        out = info["final_obs"][0] if done else obs[0]
+        return out, float(reward[0]), bool(terminated[0]), bool(truncated[0]), {
+            "is_success": bool(info["is_success"][0]), "disagreement": float(info["disagreement"][0]),
+            "cut": bool(info["cut"][0])}

@@ -121,3 +121,32 @@ def test_dsrl_na_raises_success_over_the_base(tmp_path, weak_base):
     trainer = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
     trainer.train()
     assert success(trainer.steered_policy()) >= min(0.95, base_success + 0.25)
+
+
+def test_imagined_envs_add_data_but_not_real_env_steps(tmp_path, weak_base):
+    from policies.world_model import EnsembleConfig, EnsembleDynamics
+    from robo.world_model import ImaginedEnv, SingleImaginedEnv
+
+    real = gym.make(TOY)
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
+    act = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
+    step = np.clip(act - obs, -0.1, 0.1)
+    data = {"obs": obs, "action": act, "next_obs": obs + step, "reward": np.zeros(256, np.float32),
+            "terminated": np.zeros(256, np.float32)}
+    model = EnsembleDynamics(EnsembleConfig(obs_dim=2, action_dim=2, num_members=2, hidden_dims=[32]))
+    model.fit(data, steps=20)
+
+    def imagined():
+        return SingleImaginedEnv(ImaginedEnv(model, obs[:4], 1, real.action_space, 60,
+                                             observation_space=real.observation_space, seed=0))
+
+    c = {"algo": algo_config("dsrl", ["kwargs.learning_starts=10", "kwargs.gradient_steps=1"]),
+         "total_env_steps": 100, "num_envs": 1, "imagined_envs": 2, "seed": 0, "eval_every": 100,
+         "checkpoint_every": 100, "eval": {"episodes": 2, "episodes_during_training": 2, "seed": EVAL_SEED}}
+    trainer = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False, make_imagined_env=imagined)
+    trainer.train()
+    assert 100 <= trainer.env_steps < 100 + weak_base.n_action_steps  # the budget counts real steps only
+    assert trainer.imagined_env_steps > trainer.env_steps  # two imagined envs stepped beside the real one
+    with pytest.raises(ValueError, match="make_imagined_env"):
+        SteerTrainer(c, tmp_path / "x", weak_base, lambda: gym.make(TOY), progress=False)

@@ -1,0 +1,120 @@
+"""DSRL with and without imagination: real env steps to a target success (toy task).
+
+    python benchmarks/steer_imagination.py --base <chunked policy checkpoint> [--budget 3000]
+
+1. Roll out the frozen base policy (N(0, I) noise) for ``--model-data`` real env steps and fit an
+   MBPO ensemble (``EnsembleDynamics``) on them.
+2. DSRL (configs/algo/dsrl.yaml) on the real env alone, and DSRL with 1 real env plus
+   ``--imagined`` imagined envs: the ensemble behind the same ``LatentNoiseEnv`` (success from the
+   predicted position, collisions from the predicted termination, episodes cut where the members
+   disagree by more than ``--disagreement``). Only real env steps count against ``--budget``.
+Both are evaluated every ``--eval-every`` real env steps on ``--eval-episodes`` real episodes.
+Prints one table: real env steps to the first evaluation >= ``--target`` (the imagination row's
+count includes the model data), final success, imagined env steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import sims  # noqa: F401  (registers the envs)
+from policies.registry import load_policy
+from policies.world_model import EnsembleConfig, EnsembleDynamics
+from robo.imitation.evaluate import evaluate_chunked_policy
+from robo.steer import SteerTrainer
+from robo.steer.command import algo_config
+from robo.world_model import ImaginedEnv, SingleImaginedEnv
+from sims.toy.obstacle_reach import GOAL, SUCCESS_RADIUS
+from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
+
+TOY = "robo/ObstacleReach-v0"
+EVAL_SEED = 100000
+
+
+def collect(base, steps: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Transitions (obs, action, next_obs, reward, terminated) of the base policy in the real env,
+    and the episodes' first observations (imagined episodes start from them)."""
+    env = gym.make(TOY)
+    rows = {k: [] for k in ("obs", "action", "next_obs", "reward", "terminated")}
+    starts = []
+    gen = torch.Generator().manual_seed(seed)
+    episode = 0
+    while len(rows["obs"]) < steps:
+        obs, _ = env.reset(seed=seed + episode)
+        starts.append(obs)
+        base.reset()
+        done = False
+        while not done and len(rows["obs"]) < steps:
+            a = base.act(obs[None].astype(np.float32), noise=torch.randn(1, *base.noise_shape, generator=gen))[0]
+            nxt, r, term, trunc, _ = env.step(a)
+            for k, v in zip(rows, (obs, a, nxt, r, float(term))):
+                rows[k].append(v)
+            obs, done = nxt, term or trunc
+        episode += 1
+    return {k: np.asarray(v, np.float32) for k, v in rows.items()}, np.asarray(starts, np.float32)
+
+
+def toy_success(obs: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(np.asarray(obs) - GOAL, axis=1) < SUCCESS_RADIUS
+
+
+def run(name: str, base, args, imagined_factory=None) -> tuple[dict, SteerTrainer]:
+    c = {"algo": algo_config("dsrl"), "total_env_steps": args.budget, "num_envs": 1, "seed": args.seed,
+         "eval_every": args.eval_every, "checkpoint_every": args.budget,
+         "imagined_envs": args.imagined if imagined_factory else 0,
+         "eval": {"episodes": args.episodes, "episodes_during_training": args.eval_episodes, "seed": EVAL_SEED}}
+    t0 = time.time()
+    trainer = SteerTrainer(c, tempfile.mkdtemp(prefix=f"steer_{name}_"), base, lambda: gym.make(TOY),
+                           progress=False, make_imagined_env=imagined_factory)
+    trainer.train()
+    final = evaluate_chunked_policy(trainer.steered_policy(), TOY, args.episodes, seed=EVAL_SEED)
+    return {"final_success": final["success_rate"], "imagined_env_steps": trainer.imagined_env_steps,
+            "wall_min": (time.time() - t0) / 60}, trainer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--budget", type=int, default=3000, help="real env steps of each DSRL run")
+    ap.add_argument("--model-data", type=int, default=600, help="real env steps to fit the world model on")
+    ap.add_argument("--model-steps", type=int, default=3000, help="ensemble training steps")
+    ap.add_argument("--imagined", type=int, default=3, help="imagined envs beside the one real env")
+    ap.add_argument("--disagreement", type=float, default=1.0)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--episodes", type=int, default=100)
+    ap.add_argument("--target", type=float, default=0.85)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    base = load_policy(args.base)
+    env = gym.make(TOY)
+    data, starts = collect(base, args.model_data, seed=1000)
+    model = EnsembleDynamics(EnsembleConfig(obs_dim=2, action_dim=2, hidden_dims=[128, 128]))
+    fit = model.fit(data, steps=args.model_steps)
+    print("world model fit:", fit)
+
+    def imagined():
+        return SingleImaginedEnv(ImaginedEnv(model, starts, 1, env.action_space, 60, args.disagreement,
+                                             success_fn=toy_success, observation_space=env.observation_space,
+                                             seed=args.seed))
+
+    rows = []
+    runs = [("DSRL, real env only", None, 0), (f"DSRL, 1 real + {args.imagined} imagined", imagined, args.model_data)]
+    for name, factory, extra in runs:
+        m, trainer = run(name, base, args, factory)
+        hit = [h["env_steps"] for h in trainer.history if h["success_rate"] >= args.target]
+        rows.append({"method": name, "real_steps_to_target": hit[0] + extra if hit else "-",
+                     "model_data": extra, **m, "episodes": args.episodes})
+    print_table(rows, ["method", "real_steps_to_target", "model_data", "final_success", "imagined_env_steps",
+                       "wall_min", "episodes"])
+
+
+if __name__ == "__main__":
+    main()
