@@ -2,8 +2,9 @@
 
 Run folder: ``config.yaml``, ``train.log``, TensorBoard events, ``checkpoints/latest``
 (``sb3.zip`` + ``replay_buffer.pkl``, or ``dsrl_na.pt`` for DSRL-NA; ``state.json`` and, for
-latent steering, ``policy/``: the steered policy as one robo checkpoint). ``train(resume=True)``
-continues from it.
+latent steering, ``policy/``: the steered policy as one robo checkpoint) and, for latent steering,
+``checkpoints/best/policy`` (the steered policy at its best evaluation). ``train(resume=True)``
+continues from ``latest``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv
 log = logging.getLogger(__name__)
 LATEST = "latest"
 NA_STATE = "dsrl_na.pt"
+BEST = "best"  # checkpoints/best/policy: the steered policy of the best evaluation so far
 MODES = ("latent", "residual", "action")
 WARMUPS = ("uniform", "base")  # warm-up decisions: uniform in the action box, or the base policy's noise
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
@@ -210,6 +212,10 @@ class SteerTrainer:
         if isinstance(self.model, SAC):
             for k in ("success_rate", "mean_return"):
                 self.model.logger.record(f"eval/{k}", m[k])
+        earlier = [h["success_rate"] for h in self.history[:-1]]
+        if self.mode == "latent" and (not earlier or m["success_rate"] > max(earlier)):
+            # steering's evaluations can dip late in training: keep the best steered policy too
+            self.steered_policy().save(self.ckpt_dir / BEST / "policy")
 
     # the deployable policy ----------------------------------------------------------------
     def steered_policy(self) -> SteeredPolicy:

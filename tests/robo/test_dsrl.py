@@ -9,6 +9,7 @@ import torch
 import sims  # noqa: F401  (registers the envs)
 
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policies.registry import load_policy
 from robo.imitation import evaluate_chunked_policy
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.steer import LatentNoiseEnv, SteerTrainer
@@ -53,6 +54,8 @@ def test_dsrl_raises_success_over_the_base_on_the_same_seeds(tmp_path, weak_base
     trainer.train()
     steered = success(trainer.steered_policy())  # the exported policy, through the chunked evaluation path
     assert steered >= min(0.95, base_success + 0.25), (base_success, steered)
+    best = load_policy(tmp_path / "checkpoints" / "best" / "policy")  # kept at the best evaluation
+    assert best.kind == "steered" and success(best) >= min(0.95, base_success + 0.25)
 
 
 def _na(base, **cfg) -> DSRLNA:
