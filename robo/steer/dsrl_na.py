@@ -33,7 +33,7 @@ from torch import nn
 from policies.steered import SteeredConfig, SteeredPolicy
 from policies.steered.modeling_steered import check_base, make_noise_actor
 
-from .envs import LatentNoiseEnv
+from .envs import LatentNoiseEnv, executed_actions
 
 
 @dataclass
@@ -169,9 +169,7 @@ class DSRLNA:
         B = window.shape[0]
         hist = window.reshape(B, self.base.n_obs_steps, self.base.obs_dim)
         noise = self.env.noise_bound * w.reshape(B, *self.base.noise_shape)
-        chunk = torch.as_tensor(self.base.predict_chunk(hist, noise))
-        start = self.base.n_obs_steps - 1
-        executed = chunk[:, start:start + self.env.n_action_steps]
+        executed = executed_actions(self.base, hist, noise, self.env.n_action_steps)
         return ((executed - self.a_center) / self.a_scale).reshape(B, -1)
 
     # actor -----------------------------------------------------------------------------------

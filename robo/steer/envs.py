@@ -241,9 +241,15 @@ def _n_action_steps(policy: ChunkedPolicy, n: int | None) -> int:
     return n
 
 
-def _executed(policy: ChunkedPolicy, window: np.ndarray, noise: torch.Tensor, n: int) -> np.ndarray:
-    """The first ``n`` executed actions (n, action_dim) of the chunk planned from ``window``."""
-    hist = torch.as_tensor(window, dtype=torch.float32)[None]
-    chunk = torch.as_tensor(policy.predict_chunk(hist, noise))[0]
+def executed_actions(policy: ChunkedPolicy, windows: torch.Tensor, noise: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` executed actions (B, n, action_dim) of the chunks planned from raw observation
+    windows (B, n_obs_steps, obs_dim) and noise (B, horizon, action_dim)."""
+    chunk = torch.as_tensor(policy.predict_chunk(windows, noise))
     start = policy.n_obs_steps - 1
-    return chunk[start:start + n].numpy().astype(np.float64)
+    return chunk[:, start:start + n]
+
+
+def _executed(policy: ChunkedPolicy, window: np.ndarray, noise: torch.Tensor, n: int) -> np.ndarray:
+    """``executed_actions`` for one window (n_obs_steps, obs_dim) -> (n, action_dim) float64."""
+    hist = torch.as_tensor(window, dtype=torch.float32)[None]
+    return executed_actions(policy, hist, noise, n)[0].numpy().astype(np.float64)
