@@ -1,9 +1,9 @@
 """``robo imagine evaluate|train|synthesize``: use a learned world model instead of the simulator.
 
 - ``evaluate``: rank ``checkpoints`` by imagined success (optionally also in the sim, with Spearman).
-- ``train``: SAC on a mix of real and imagined envs (``train.imagined_fraction``); the final actor
-  is scored in the sim. ``train.algo=dsrl`` is the hook for DSRL steering (branch ``steer``): it
-  receives the same mixed VectorEnv through ``TRAINERS``.
+- ``train``: SAC (``train.algo=sac``) or DSRL steering of a frozen chunked policy (``train.algo=dsrl``,
+  ``train.base=<checkpoint>``) on real and imagined envs (``train.imagined_fraction``); the result
+  is scored in the sim.
 - ``synthesize``: BC on a few demos, fine-tuned on successful segments from a policy-guided
   trajectory diffusion model; both scored in the sim.
 
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from policies.world_model import EnsembleConfig, EnsembleDynamics
 from robo.run_dir import write_json, write_resolved_config
 
-from .imagined_env import ImaginedEnv, MixedVectorEnv
+from .imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
 from .policies import NoisyPolicy, PushTExpertPolicy
 from .rollout import imagine_rollout, spearman
 from .tasks import ImagineTask, make_real_vec_env, make_task, transitions
@@ -90,47 +90,94 @@ def evaluate(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, ru
     return out
 
 
-def train_sac(env, c: dict, run_dir: Path):
-    """SB3 SAC on the (mixed) VectorEnv -> (SB3 model, deployable MLPPolicy)."""
+def split_envs(t: dict) -> tuple[int, int]:
+    """``train`` config -> (real envs, imagined envs) with ``imagined_fraction`` of them imagined."""
+    frac = float(t["imagined_fraction"])
+    if not 0.0 <= frac < 1.0:
+        raise ValueError(f"train.imagined_fraction must lie in [0, 1), got {frac}")
+    real_envs = int(t["real_envs"])
+    return real_envs, int(round(real_envs * frac / (1 - frac)))
+
+
+def train_sac(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
+    """SB3 SAC on a mixed real/imagined VectorEnv; the deployable MLP actor is scored in the sim."""
     from stable_baselines3 import SAC
 
     from robo.rl.asymmetric import export_actor
     from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 
     t = c["train"]
-    model = SAC("MlpPolicy", SB3VecEnvAdapter(env), seed=int(c["seed"]), verbose=0,
-                policy_kwargs={"net_arch": list(t["net_arch"])}, **dict(t["sac_kwargs"]))
-    model.learn(total_timesteps=int(t["total_steps"]))
-    return model, export_actor(model, env.single_observation_space.shape[0])
-
-
-# trainers f(env, cfg, run_dir) -> (model, policy) over the mixed real/imagined VectorEnv; a DSRL trainer
-# (robo.steer over a chunked base policy) is not registered yet
-TRAINERS = {"sac": train_sac}
-
-
-def train(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
-    t = c["train"]
-    if t["algo"] not in TRAINERS:
-        raise ValueError(f"train.algo={t['algo']!r}; choose one of {sorted(TRAINERS)}")
-    if not (task.action_space.low == -1).all() or not (task.action_space.high == 1).all():
-        raise ValueError(f"train needs actions in [-1, 1]; task {task.name} has {task.action_space} (use task=hover)")
-    frac = float(t["imagined_fraction"])
-    if not 0.0 <= frac < 1.0:
-        raise ValueError(f"train.imagined_fraction must lie in [0, 1), got {frac}")
-    real_envs = int(t["real_envs"])
-    n_imagined = int(round(real_envs * frac / (1 - frac)))
+    real_envs, n_imagined = split_envs(t)
     real = make_real_vec_env(task, real_envs, seed=int(c["seed"]))
     start = np.concatenate([ep["obs"][:1] for ep in data])
     env = real if n_imagined == 0 else MixedVectorEnv(real, ImaginedEnv(
         model, start, n_imagined, task.action_space, int(t["imagined_horizon"]), float(c["disagreement_threshold"]),
         observation_space=task.observation_space, seed=int(c["seed"])))
-    _, policy = TRAINERS[t["algo"]](env, c, run_dir)
+    sac = SAC("MlpPolicy", SB3VecEnvAdapter(env), seed=int(c["seed"]), verbose=0,
+              policy_kwargs={"net_arch": list(t["net_arch"])}, **dict(t["sac_kwargs"]))
+    sac.learn(total_timesteps=int(t["total_steps"]))
+    policy = export_actor(sac, env.single_observation_space.shape[0])
     policy.save(run_dir / "checkpoints" / "policy")
     _, ok = task.collect(policy, int(t["eval_episodes"]), seed=c["seed"] + 20_000)
     real_steps = env.real_steps if isinstance(env, MixedVectorEnv) else int(t["total_steps"])
     return {"sim_success": float(ok.mean()), "real_env_steps": int(real_steps), "imagined_envs": n_imagined,
             "real_envs": real_envs}
+
+
+def train_dsrl(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
+    """DSRL (``robo.steer``, configs/algo/dsrl.yaml) over the frozen chunked policy ``train.base``:
+    ``real_envs`` simulator envs beside imagined ones (the world model behind the same latent-noise
+    wrapper, one ``SingleImaginedEnv`` each). ``total_steps`` is shared out like the envs; only the
+    real share is the budget. The steered policy is saved in ``checkpoints/latest/policy``."""
+    from policies.registry import load_policy
+    from robo.steer import SteerTrainer
+    from robo.steer.command import algo_config
+
+    t = c["train"]
+    real_envs, n_imagined = split_envs(t)
+    budget = int(round(int(t["total_steps"]) * real_envs / (real_envs + n_imagined)))
+    start = np.concatenate([ep["obs"][:1] for ep in data])
+    seed = int(c["seed"])
+
+    def imagined() -> SingleImaginedEnv:
+        return SingleImaginedEnv(ImaginedEnv(model, start, 1, task.action_space, int(t["imagined_horizon"]),
+                                             float(c["disagreement_threshold"]), success_fn=task.success_fn,
+                                             observation_space=task.observation_space, seed=seed))
+
+    steer = {"algo": algo_config("dsrl"), "total_env_steps": budget, "num_envs": real_envs, "seed": seed,
+             "imagined_envs": n_imagined, "eval_every": int(t.get("eval_every") or budget), "checkpoint_every": budget,
+             "eval": {"episodes": int(t["eval_episodes"]), "episodes_during_training": int(t["eval_episodes"]),
+                      "seed": seed + 20_000}}
+    trainer = SteerTrainer(steer, run_dir, load_policy(t["base"]), task.make_env, progress=False,
+                           make_imagined_env=imagined if n_imagined else None)
+    final = trainer.train()
+    write_json(run_dir / "eval_history.json", trainer.history)
+    return {"sim_success": final["success_rate"], "real_env_steps": trainer.env_steps,
+            "imagined_env_steps": trainer.imagined_env_steps, "imagined_envs": n_imagined, "real_envs": real_envs,
+            "model_data_env_steps": int(sum(len(ep["obs"]) for ep in data))}
+
+
+# trainers f(cfg, task, world model, behaviour data, run_dir) -> metrics, by train.algo
+TRAINERS = {"sac": train_sac, "dsrl": train_dsrl}
+
+
+def check_train(t: dict, task: ImagineTask) -> None:
+    """Reject a bad ``train`` config before any data is collected or model fitted."""
+    if t["algo"] not in TRAINERS:
+        raise ValueError(f"train.algo={t['algo']!r}; choose one of {sorted(TRAINERS)}")
+    split_envs(t)
+    if t["algo"] == "sac" and not ((task.action_space.low == -1).all() and (task.action_space.high == 1).all()):
+        raise ValueError(f"train.algo=sac needs actions in [-1, 1]; task {task.name} has {task.action_space} "
+                         "(use task=hover)")
+    if t["algo"] == "dsrl" and task.make_env is None:
+        raise ValueError(f"train.algo=dsrl wraps single gym envs; task {task.name} has none (use task=pusht or "
+                         "task=obstacle_reach)")
+    if t["algo"] == "dsrl" and not t.get("base"):
+        raise ValueError("train.algo=dsrl steers a frozen chunked policy: pass train.base=<policy checkpoint folder>")
+
+
+def train(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
+    return TRAINERS[c["train"]["algo"]](c, task, model, data, run_dir)
 
 
 def synthesize_cmd(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
@@ -148,6 +195,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     torch.manual_seed(int(c["seed"]))
     write_resolved_config(run_dir, cfg)
     task = make_task(c["task"]["name"] if isinstance(c["task"], dict) else c["task"])
+    if c["mode"] == "train":
+        check_train(c["train"], task)
     model, data = world_model(task, c["model"], run_dir, int(c["seed"]))
     fn = {"evaluate": evaluate, "train": train, "synthesize": synthesize_cmd}[c["mode"]]
     result = {"mode": c["mode"], "task": task.name, **fn(c, task, model, data, run_dir)}

@@ -1,5 +1,6 @@
 """Batched policies used to build quality ladders and behaviour data for world models:
-a policy with Gaussian action noise, and the push-T scripted expert with random actions mixed in."""
+a policy with Gaussian action noise, and the push-T and obstacle-reach scripted experts with random
+actions mixed in."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from policies.base import ArrayLike
 from sims.pusht import PushTExpert
+from sims.toy import expert_action
 
 
 class NoisyPolicy:
@@ -58,4 +60,38 @@ class PushTExpertPolicy:
         a = np.stack([e.act(o) for e, o in zip(self.experts, obs)])
         rand = self.rng.uniform(size=len(obs)) < self.random_prob
         a[rand] = self.rng.uniform(-self.half_size, self.half_size, (int(rand.sum()), 2))
+        return a.astype(np.float32)
+
+
+class ToyExpertPolicy:
+    """B obstacle-reach scripted experts (each passes on a side drawn at its episode's start); each
+    action is replaced by a uniform random target in [-1.5, 1.5]^2 m with probability ``random_prob``.
+    obs (B, 2) positions, m -> actions (B, 2) target positions, m."""
+
+    obs_dim, action_dim = 2, 2
+
+    def __init__(self, random_prob: float = 0.0, seed: int = 0):
+        if not 0.0 <= random_prob <= 1.0:
+            raise ValueError(f"random_prob must lie in [0, 1], got {random_prob}")
+        self.random_prob = float(random_prob)
+        self.rng = np.random.default_rng(seed)
+        self.sides = np.zeros(0)
+
+    def reset(self, mask: ArrayLike | None = None) -> None:
+        if mask is None:
+            self.sides = np.zeros(0)
+            return
+        idx = np.flatnonzero(np.asarray(mask))
+        idx = idx[idx < len(self.sides)]
+        self.sides[idx] = self.rng.choice([-1.0, 1.0], len(idx))
+
+    def act(self, obs: ArrayLike) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float64)
+        if obs.ndim != 2 or obs.shape[1] != 2:
+            raise ValueError(f"obs has shape {obs.shape}, expected (B, 2) positions")
+        if len(self.sides) < len(obs):
+            self.sides = np.concatenate([self.sides, self.rng.choice([-1.0, 1.0], len(obs) - len(self.sides))])
+        a = np.stack([expert_action(o, s, self.rng) for o, s in zip(obs, self.sides)])
+        rand = self.rng.uniform(size=len(obs)) < self.random_prob
+        a[rand] = self.rng.uniform(-1.5, 1.5, (int(rand.sum()), 2))
         return a.astype(np.float32)

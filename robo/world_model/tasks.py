@@ -1,7 +1,7 @@
 """The simulated tasks world models are learned for: real rollouts (data and ground truth),
 success tests on observations, and quality ladders of policies. Wires ``sims`` to the models.
 
-``make_task("hover" | "pusht")`` -> ``ImagineTask``. Episodes are dicts of per-step arrays
+``make_task("hover" | "pusht" | "obstacle_reach")`` -> ``ImagineTask``. Episodes are dicts of per-step arrays
 ``obs (T, D), action (T, A), next_obs (T, D), reward (T,), terminated (T,)``.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -18,8 +19,11 @@ from sims.envs import make_batched_task
 from sims.envs.quadrotor_env import ACTION_SPACE as QUAD_ACTION_SPACE
 from sims.pusht import ENV_ID as PUSHT_ID
 from sims.pusht import PushTConfig, coverage
+from sims.toy import ENV_ID as TOY_ID
+from sims.toy.obstacle_reach import GOAL as TOY_GOAL
+from sims.toy.obstacle_reach import SUCCESS_RADIUS as TOY_SUCCESS_RADIUS
 
-from .policies import NoisyPolicy, PushTExpertPolicy
+from .policies import NoisyPolicy, PushTExpertPolicy, ToyExpertPolicy
 
 Episode = dict[str, np.ndarray]
 
@@ -33,6 +37,8 @@ class ImagineTask:
     ``collect(policy, episodes, seed) -> (list of Episode, success (episodes,) bool)`` runs the sim.
     ``ladder(levels, seed) -> list of (name, policy)``: policies of decreasing quality.
     ``behaviour(seed)``: a policy of mixed quality for model-training data.
+    ``make_env()``: one simulator episode as a plain ``gym.Env`` (for chunk-wrapping trainers such
+    as DSRL); None where the task has only a batched sim.
     """
 
     name: str
@@ -48,6 +54,7 @@ class ImagineTask:
     ladder: Callable
     behaviour: Callable
     default_levels: list[float]
+    make_env: Callable[[], gym.Env] | None = None
 
 
 def transitions(episodes: list[Episode]) -> dict[str, np.ndarray]:
@@ -136,15 +143,15 @@ def pusht_success(obs: np.ndarray) -> np.ndarray:
     return np.array([coverage(o[2:5], GOAL) >= PUSHT.success_threshold for o in obs], bool)
 
 
-def collect_pusht(policy, episodes: int, seed: int = 0, max_steps: int | None = None,
-                  num_envs: int = 16) -> tuple[list[Episode], np.ndarray]:
-    """Run ``episodes`` push-T episodes (state observations), ``num_envs`` at a time; episode i
-    resets with seed ``seed + i``."""
-    limit = max_steps or PUSHT.max_episode_steps
+def collect_gym(make_env: Callable[[], gym.Env], max_episode_steps: int, policy, episodes: int, seed: int = 0,
+                max_steps: int | None = None, num_envs: int = 16) -> tuple[list[Episode], np.ndarray]:
+    """Run ``episodes`` episodes of single gym envs from ``make_env``, ``num_envs`` at a time (the
+    batched ``policy`` acts for all); episode i resets with seed ``seed + i``."""
+    limit = max_steps or max_episode_steps
     out, success = [], []
     for first in range(0, episodes, num_envs):
         n = min(num_envs, episodes - first)
-        envs = [gym.make(PUSHT_ID, obs_type="state", render_mode=None).unwrapped for _ in range(n)]
+        envs = [make_env().unwrapped for _ in range(n)]
         obs = np.stack([e.reset(seed=seed + first + i)[0] for i, e in enumerate(envs)])
         policy.reset()
         rec = [{k: [] for k in ("obs", "action", "next_obs", "reward", "terminated")} for _ in range(n)]
@@ -164,6 +171,13 @@ def collect_pusht(policy, episodes: int, seed: int = 0, max_steps: int | None = 
         out += [{k: np.asarray(v, np.float32) for k, v in r.items()} for r in rec]
         success += list(ok)
     return out, np.asarray(success, bool)
+
+
+def make_pusht_env() -> gym.Env:
+    return gym.make(PUSHT_ID, obs_type="state", render_mode=None)
+
+
+collect_pusht = partial(collect_gym, make_pusht_env, PUSHT.max_episode_steps)
 
 
 def pusht_ladder(levels: list[float], seed: int = 0) -> list[tuple[str, PushTExpertPolicy]]:
@@ -193,6 +207,19 @@ class _MixedExpert(PushTExpertPolicy):
             self.probs = None
 
 
+# Obstacle reach (toy) -----------------------------------------------------------------------
+def toy_success(obs: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(np.asarray(obs)[:, :2] - TOY_GOAL, axis=1) < TOY_SUCCESS_RADIUS
+
+
+def make_toy_env() -> gym.Env:
+    return gym.make(TOY_ID)
+
+
+def toy_ladder(levels: list[float], seed: int = 0) -> list[tuple[str, ToyExpertPolicy]]:
+    return [(f"expert+random{p:g}", ToyExpertPolicy(p, seed=seed + i)) for i, p in enumerate(levels)]
+
+
 def make_task(name: str) -> ImagineTask:
     if name == "hover":
         return ImagineTask("hover", 22, 4, QUAD_ACTION_SPACE, None, 500, [], hover_success, "final", collect_hover,
@@ -204,8 +231,15 @@ def make_task(name: str) -> ImagineTask:
                                    np.array([h, h, h, h, np.pi], np.float32), dtype=np.float32)
         return ImagineTask("pusht", 5, 2, space, obs_space, PUSHT.max_episode_steps, [4], pusht_success, "any",
                            collect_pusht, pusht_ladder, lambda seed=0: _MixedExpert(0.8, seed),
-                           [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8])
-    raise ValueError(f"unknown task {name!r}; choose 'hover' or 'pusht'")
+                           [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8], make_pusht_env)
+    if name == "obstacle_reach":
+        env = make_toy_env()
+        steps = env.unwrapped.max_steps
+        return ImagineTask("obstacle_reach", 2, 2, env.action_space, env.observation_space, steps, [], toy_success,
+                           "any", partial(collect_gym, make_toy_env, steps), toy_ladder,
+                           lambda seed=0: ToyExpertPolicy(0.5, seed=seed), [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+                           make_toy_env)
+    raise ValueError(f"unknown task {name!r}; choose 'hover', 'pusht' or 'obstacle_reach'")
 
 
 def make_real_vec_env(task: ImagineTask, num_envs: int, seed: int | None = None):
@@ -215,10 +249,8 @@ def make_real_vec_env(task: ImagineTask, num_envs: int, seed: int | None = None)
 
         env = QuadrotorVectorEnv(num_envs, task="hover")
     else:
-        from gymnasium.vector import AutoresetMode
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-        env = gym.make_vec(PUSHT_ID, num_envs, vectorization_mode="sync",
-                           vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, obs_type="state",
-                           render_mode=None)
+        env = SyncVectorEnv([task.make_env] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
     env.reset(seed=seed)
     return env

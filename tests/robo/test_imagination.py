@@ -139,3 +139,13 @@ def test_cli_maps_mode_word(monkeypatch):
     cli.main(["imagine", "evaluate", "task=pusht"])
     assert seen["module"] == "robo.world_model.command"
     assert seen["argv"][1:] == ["mode=evaluate", "task=pusht"]
+
+
+def test_toy_imagine_task_ladder_orders_quality():
+    from robo.world_model.tasks import make_task
+
+    task = make_task("obstacle_reach")
+    (_, expert), (_, noisy) = task.ladder([0.0, 1.0], seed=0)
+    _, ok_expert = task.collect(expert, 20, seed=0)
+    _, ok_noisy = task.collect(noisy, 20, seed=0)
+    assert ok_expert.mean() >= 0.9 and ok_noisy.mean() <= 0.2, (ok_expert.mean(), ok_noisy.mean())
