@@ -1,9 +1,10 @@
-"""Demonstrations recorded on demand from scripted experts (nothing is downloaded)."""
+"""Demonstrations recorded on demand from scripted experts and teacher policies (nothing is downloaded)."""
 
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from .data import Episode
 
@@ -40,3 +41,44 @@ def pusht_demos(num_episodes: int, seed: int = 0, successful_only: bool = True,
         raise RuntimeError(f"the push-T expert succeeded in only {len(episodes)} of "
                            f"{max_attempts_factor * num_episodes} attempts; {num_episodes} demos were asked for")
     return episodes
+
+
+class _NoisyExecution:
+    """Executes ``teacher``'s action plus N(0, std^2) noise (clipped to [-1, 1]) and keeps the clean
+    actions as labels: DART (Laskey et al. 2017), so the demos visit the states a learner drifts into
+    and show how the teacher recovers from them."""
+
+    def __init__(self, teacher, std: float, seed: int):
+        self.teacher, self.std = teacher, float(std)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.labels: list[torch.Tensor] = []
+
+    def reset(self, mask=None) -> None:
+        self.teacher.reset(mask)
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        clean = torch.as_tensor(self.teacher.act(obs), dtype=torch.float32)
+        self.labels.append(clean.clone())
+        return (clean + self.std * torch.randn(clean.shape, generator=self.gen)).clamp(-1.0, 1.0)
+
+
+@torch.no_grad()
+def quadrotor_demos(teacher, num_episodes: int, task: dict | str = "hover", robot: dict | str = "crazyflie",
+                    action_noise: float = 0.0, seed: int = 0, seconds: float | None = None) -> list[Episode]:
+    """Fly ``teacher`` (any robo policy on the 22-float observation) on ``num_episodes`` quadrotors at
+    once in the batched sim: [{"obs": (T, 22), "action": (T, 4) the teacher's clean normalized motor
+    commands, "reward": (T,)}]. With ``action_noise`` > 0 the executed actions carry that much
+    Gaussian noise (DART). Flights that terminate early are dropped."""
+    from robo.datasets.record import fly_policy
+    from robo.factory import make_task
+
+    if action_noise < 0:
+        raise ValueError(f"action_noise must be >= 0, got {action_noise}")
+    task = {"name": task} if isinstance(task, str) else dict(task)
+    robot = {"preset": robot} if isinstance(robot, str) else dict(robot)
+    env_task = make_task(task, robot, {"backend": "batched"}, num_episodes, seed=seed)
+    pilot = _NoisyExecution(teacher, action_noise, seed)
+    obs, _, rew, lengths = fly_policy(pilot, env_task, float(seconds or env_task.config.episode_seconds))
+    act = torch.stack(pilot.labels).numpy()
+    return [{"obs": obs[:, b], "action": act[:, b], "reward": rew[:, b]}
+            for b in range(num_episodes) if lengths[b] == len(obs)]

@@ -182,3 +182,22 @@ def test_a_short_pusht_run_beats_a_random_policy(tmp_path):
     trained = evaluate_chunked_policy(policy, **kw)
     rand = evaluate_chunked_policy(RandomPolicy(-0.256, 0.256), **kw)
     assert trained["mean_max_reward"] > rand["mean_max_reward"] + 0.15
+
+
+def test_quadrotor_demos_label_the_teachers_clean_actions_under_dart_noise():
+    from policies.foundation import load_raptor
+    from robo.imitation.demos import quadrotor_demos
+
+    clean = quadrotor_demos(load_raptor(), 4, action_noise=0.0, seed=0, seconds=0.5)
+    noisy = quadrotor_demos(load_raptor(), 4, action_noise=0.2, seed=0, seconds=0.5)
+    assert len(clean) == len(noisy) == 4 and clean[0]["obs"].shape == (50, 22) and clean[0]["action"].shape == (50, 4)
+    np.testing.assert_array_equal(clean[0]["obs"][0], noisy[0]["obs"][0])  # same seeded starts
+    assert np.abs(clean[0]["obs"][1:] - noisy[0]["obs"][1:]).max() > 1e-4  # the noise moved the flights
+    # labels are the teacher's own (clean) action at each visited state, in [-1, 1]
+    teacher = load_raptor()
+    teacher.reset()
+    first = np.asarray(teacher.act(torch.as_tensor(np.stack([e["obs"][0] for e in noisy]))))
+    np.testing.assert_allclose(np.stack([e["action"][0] for e in noisy]), first, atol=1e-6)
+    assert all(np.abs(e["action"]).max() <= 1.0 for e in noisy)
+    with pytest.raises(ValueError, match="action_noise"):
+        quadrotor_demos(load_raptor(), 1, action_noise=-1.0)
