@@ -66,12 +66,17 @@ def make_checkpoint_policy(entry: dict, task: ImagineTask, seed: int):
     return f"{path}+noise{noise:g}", NoisyPolicy(base, noise, low, high, seed=seed)
 
 
+def start_states(data: list) -> np.ndarray:
+    """The behaviour episodes' first observations (N, obs_dim): where imagined episodes start."""
+    return np.stack([ep["obs"][0] for ep in data])
+
+
 def evaluate(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
     e = c["evaluate"]
     pols = [make_checkpoint_policy(dict(x), task, c["seed"] + i) for i, x in enumerate(e["checkpoints"])]
     if not pols:
         raise ValueError("imagine evaluate needs evaluate.checkpoints: [{path: ..., noise: ...}, ...]")
-    start = np.stack([ep["obs"][0] for ep in data])[: int(e["episodes"])]
+    start = start_states(data)[: int(e["episodes"])]
     rows = []
     for name, pol in pols:
         r = imagine_rollout(model, pol, start, task.episode_steps, task,
@@ -109,7 +114,7 @@ def train_sac(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, r
     t = c["train"]
     real_envs, n_imagined = split_envs(t)
     real = make_real_vec_env(task, real_envs, seed=int(c["seed"]))
-    start = np.concatenate([ep["obs"][:1] for ep in data])
+    start = start_states(data)
     env = real if n_imagined == 0 else MixedVectorEnv(real, ImaginedEnv(
         model, start, n_imagined, task.action_space, int(t["imagined_horizon"]), float(c["disagreement_threshold"]),
         observation_space=task.observation_space, seed=int(c["seed"])))
@@ -136,7 +141,7 @@ def train_dsrl(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, 
     t = c["train"]
     real_envs, n_imagined = split_envs(t)
     budget = int(round(int(t["total_steps"]) * real_envs / (real_envs + n_imagined)))
-    start = np.concatenate([ep["obs"][:1] for ep in data])
+    start = start_states(data)
     seed = int(c["seed"])
 
     def imagined() -> SingleImaginedEnv:

@@ -12,6 +12,14 @@ from sims.pusht import PushTExpert
 from sims.toy import expert_action
 
 
+def mix_random_actions(actions: np.ndarray, prob, low: float, high: float, rng: np.random.Generator) -> np.ndarray:
+    """Replace each row of ``actions`` (B, A) in place, with probability ``prob`` (scalar or (B,)),
+    by a uniform random action in [low, high]^A; returns ``actions``."""
+    rand = rng.uniform(size=len(actions)) < prob
+    actions[rand] = rng.uniform(low, high, (int(rand.sum()), actions.shape[1]))
+    return actions
+
+
 class NoisyPolicy:
     """``policy``'s action plus N(0, std^2) noise, clipped to [low, high]. obs (B, D) -> (B, A) numpy."""
 
@@ -58,9 +66,7 @@ class PushTExpertPolicy:
         while len(self.experts) < len(obs):
             self.experts.append(PushTExpert(seed=int(self.rng.integers(2**31))))
         a = np.stack([e.act(o) for e, o in zip(self.experts, obs)])
-        rand = self.rng.uniform(size=len(obs)) < self.random_prob
-        a[rand] = self.rng.uniform(-self.half_size, self.half_size, (int(rand.sum()), 2))
-        return a.astype(np.float32)
+        return mix_random_actions(a, self.random_prob, -self.half_size, self.half_size, self.rng).astype(np.float32)
 
 
 class ToyExpertPolicy:
@@ -92,6 +98,4 @@ class ToyExpertPolicy:
         if len(self.sides) < len(obs):
             self.sides = np.concatenate([self.sides, self.rng.choice([-1.0, 1.0], len(obs) - len(self.sides))])
         a = np.stack([expert_action(o, s, self.rng) for o, s in zip(obs, self.sides)])
-        rand = self.rng.uniform(size=len(obs)) < self.random_prob
-        a[rand] = self.rng.uniform(-1.5, 1.5, (int(rand.sum()), 2))
-        return a.astype(np.float32)
+        return mix_random_actions(a, self.random_prob, -1.5, 1.5, self.rng).astype(np.float32)

@@ -23,7 +23,7 @@ from sims.toy import ENV_ID as TOY_ID
 from sims.toy.obstacle_reach import GOAL as TOY_GOAL
 from sims.toy.obstacle_reach import SUCCESS_RADIUS as TOY_SUCCESS_RADIUS
 
-from .policies import NoisyPolicy, PushTExpertPolicy, ToyExpertPolicy
+from .policies import NoisyPolicy, PushTExpertPolicy, ToyExpertPolicy, mix_random_actions
 
 Episode = dict[str, np.ndarray]
 
@@ -196,10 +196,7 @@ class _MixedExpert(PushTExpertPolicy):
         if self.probs is None or len(self.probs) != len(obs):
             self.probs = self.rng.uniform(0, self.max_prob, len(obs))
         self.random_prob = 0.0
-        a = super().act(obs)
-        rand = self.rng.uniform(size=len(obs)) < self.probs
-        a[rand] = self.rng.uniform(-self.half_size, self.half_size, (int(rand.sum()), 2))
-        return a
+        return mix_random_actions(super().act(obs), self.probs, -self.half_size, self.half_size, self.rng)
 
     def reset(self, mask=None):
         super().reset(mask)
