@@ -61,4 +61,19 @@ def check_resume_config(run_dir: str | Path, c: dict, resumable: set[str], comma
     old = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
     diff = [k for k in config_differences(old, c) if k not in resumable and k.split(".")[0] not in resumable]
     if diff:
-        raise ValueError(f"refusing to resume {run_dir}: config differs from the checkpoint's in {diff}")
+        only_old = [k for k in diff if _has(old, k) and not _has(c, k)]
+        only_new = [k for k in diff if _has(c, k) and not _has(old, k)]
+        hint = "".join(f"; {what}: {keys}" for what, keys in (
+            ("only in the checkpoint's config (removed since, e.g. by a newer robo; delete them from its "
+             "config.yaml if they did not matter)", only_old),
+            ("not in the checkpoint's config (added since)", only_new)) if keys)
+        raise ValueError(f"refusing to resume {run_dir}: config differs from the checkpoint's in {diff}{hint}")
+
+
+def _has(d: dict, dotted: str) -> bool:
+    """Whether the nested dict ``d`` holds the dotted key."""
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return False
+        d = d[part]
+    return True

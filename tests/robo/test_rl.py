@@ -89,6 +89,12 @@ def test_resume_with_a_different_config_is_refused(tmp_path):
     check_resume_config(tmp_path, train_config(tmp_path, total_steps=9999))  # allowed to change
     with pytest.raises(ValueError, match=r"algo.kwargs.learning_rate.*seed|seed.*algo.kwargs.learning_rate"):
         check_resume_config(tmp_path, train_config(tmp_path, seed=1, **{"algo.kwargs.learning_rate": 0.1}))
+    newer = train_config(tmp_path)
+    newer["task"] = {k: v for k, v in newer["task"].items() if k != "reward"}  # a key a newer robo dropped
+    newer["extra"] = 1  # and one it added
+    with pytest.raises(ValueError, match=r"only in the checkpoint's config.*task.reward.*not in the checkpoint's "
+                                         r"config \(added since\): \['extra'\]"):
+        check_resume_config(tmp_path, newer)
 
 
 def test_divergence_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path):
