@@ -30,7 +30,7 @@ from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.steer import SteerTrainer
 from robo.steer.command import algo_config
 from robo.world_model import ImaginedEnv, SingleImaginedEnv
-from sims.toy.obstacle_reach import GOAL, SUCCESS_RADIUS
+from robo.world_model.tasks import toy_success
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 TOY = "robo/ObstacleReach-v0"
@@ -58,10 +58,6 @@ def collect(base, steps: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndar
             obs, done = nxt, term or trunc
         episode += 1
     return {k: np.asarray(v, np.float32) for k, v in rows.items()}, np.asarray(starts, np.float32)
-
-
-def toy_success(obs: np.ndarray) -> np.ndarray:
-    return np.linalg.norm(np.asarray(obs) - GOAL, axis=1) < SUCCESS_RADIUS
 
 
 def run(name: str, base, args, imagined_factory=None) -> tuple[dict, SteerTrainer]:
