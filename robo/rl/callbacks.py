@@ -22,8 +22,9 @@ class DivergenceError(RuntimeError):
     """Training produced non-finite numbers; the last good checkpoint is kept."""
 
 
-def parameters_finite(model) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.policy.parameters())
+def parameters_finite(parameters) -> bool:
+    """Whether every tensor in ``parameters`` (e.g. ``model.policy.parameters()``) is finite."""
+    return all(bool(torch.isfinite(p).all()) for p in parameters)
 
 
 class TrainingCallback(BaseCallback):
@@ -70,7 +71,7 @@ class TrainingCallback(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         # runs after every gradient phase, before the actor drives the envs again
-        if not parameters_finite(self.model):
+        if not parameters_finite(self.model.policy.parameters()):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
 
     def _on_step(self) -> bool:
@@ -109,7 +110,7 @@ class TrainingCallback(BaseCallback):
         return True
 
     def _evaluate(self) -> dict:
-        if not parameters_finite(self.model):
+        if not parameters_finite(self.model.policy.parameters()):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
         m = self.evaluate()
         m["wall_time"] = time.time() - self.start_time
@@ -122,7 +123,7 @@ class TrainingCallback(BaseCallback):
         return m
 
     def _checkpoint(self) -> None:
-        if not parameters_finite(self.model):
+        if not parameters_finite(self.model.policy.parameters()):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
         self.checkpoint(self.num_timesteps)
 

@@ -239,9 +239,7 @@ class SteerTrainer:
     # checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
         na = isinstance(self.model, DSRLNA)
-        finite = all(bool(torch.isfinite(p).all()) for p in self.model.actor.parameters()) if na \
-            else parameters_finite(self.model)
-        if not finite:
+        if not parameters_finite(self.model.actor.parameters() if na else self.model.policy.parameters()):
             raise DivergenceError(f"non-finite network parameters at env step {self.env_steps}")
         with atomic_directory(self.ckpt_dir / LATEST) as tmp:
             if na:
