@@ -8,31 +8,45 @@ scale 1.1), sensor noise and latency, reached only through PX4Robot over loopbac
 2. Twin-vs-real correlation: a quality ladder of 8 RAPTOR variants (collective bias -0.10 .. +0.25)
    flown on the robot and scored in the calibrated twin (all 8 at once, batched) and in the
    uncalibrated (nominal) twin; Pearson correlation of the mean hover error.
-3. Fine-tuning (``--finetune``): SAC residual on RAPTOR, learner in another process, tracking error
-   before/after, real steps, safety faults.
+3. Fine-tuning (``--finetune``): a SAC residual on a base policy (``--base``: ``raptor`` or a checkpoint
+   folder, e.g. the ``make run`` policy trained on the nominal Crazyflie) on a Crazyflie 30 % heavier
+   (thrust nominal), learner in another process. ``--twin-pretrain N`` first identifies the robot
+   (1000 real steps) and pre-trains the learner for N steps in the calibrated twin. Tracking error of
+   base / twin-pretrained / fine-tuned from the same hand-placed starts, real steps, safety faults.
 
-    nice -n 10 .venv/bin/python benchmarks/twin.py [--finetune STEPS]
+    nice -n 10 .venv/bin/python benchmarks/twin.py
+    nice -n 10 .venv/bin/python benchmarks/twin.py --skip-twin --finetune 2000 --twin-pretrain 30000 \
+        --residual-scale 0.5 --learner learning_rate=0.0001 gradient_steps=1 --base <nominal policy folder>
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict, replace
 import tempfile
 import time
 
 import numpy as np
 import torch
+import yaml
 
 from policies.foundation import load_raptor
+from policies.registry import load_policy
 from robo.real import RobotEnv, RobotEnvConfig
-from robo.real.finetune import FinetuneConfig, FlyBack, ResidualAdapter, finetune, fly_episode, load_finetuned_actor
+from robo.real.finetune import (FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode,
+                               load_finetuned_actor)
 from robo.real.learner import LearnerConfig
-from robo.twin import StandInConfig, evaluate_in_twin, fly_with_twin, hover_scores, perturbed, stand_in_robot
+from robo.twin.pretrain import TwinPretrainConfig, pretrain_in_twin
+from robo.twin import (StandInConfig, evaluate_in_twin, fly_with_twin, hover_scores, perturbed, stand_in,
+                       stand_in_robot)
 from sims.twin import DigitalTwin, TwinConfig
 
 START = (0.2, -0.2, 1.1)
 MASS_SCALE, THRUST_SCALE = 1.3, 1.1
 NOISE = {"position_noise": 0.005, "velocity_noise": 0.01, "attitude_noise": 0.005, "angular_velocity_noise": 0.01}
+JITTER = 0.1  # m, spread of hand-placed starts around START (per axis)
+# the twin's training starts: like a hand launch near the reference (nearly level, at rest, motors at hover)
+HAND_LAUNCH = {"name": "hover", "episode_seconds": 2.0, "init": {"position_radius": 0.5, "angle_deg": 10.0}}
 BIASES = (-0.10, -0.05, 0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
 
 
@@ -101,11 +115,22 @@ def main() -> None:
     ap.add_argument("--eval-steps", type=int, default=200)
     ap.add_argument("--finetune", type=int, default=0, help="real steps of fine-tuning (0: skip)")
     ap.add_argument("--skip-twin", action="store_true", help="only the fine-tuning rows")
+    ap.add_argument("--base", default="raptor", help="fine-tuned base: 'raptor' or a policy checkpoint folder")
+    ap.add_argument("--ft-episodes", type=int, default=10, help="evaluation episodes each, before and after")
+    ap.add_argument("--residual-scale", type=float, default=0.2)
+    ap.add_argument("--reset", choices=("hand", "fly_back"), default="hand",
+                    help="fine-tuning resets: placed by hand at START +- 0.1 m, or flown back by RAPTOR")
+    ap.add_argument("--twin-pretrain", type=int, default=0, metavar="STEPS",
+                    help="identify the robot, then pre-train the residual for STEPS in the calibrated twin")
+    ap.add_argument("--learner", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="LearnerConfig fields, e.g. log_std_init=-2 gradient_steps=2")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = [] if args.skip_twin else twin_rows(args)
     if args.finetune:
-        rows += run_finetune(args.finetune)
+        learner = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.learner)}
+        rows += run_finetune(args.finetune, args.base, args.ft_episodes, args.residual_scale, learner,
+                             args.twin_pretrain, args.reset)
     w = max(len(r[0]) for r in rows)
     v = max(len(r[1]) for r in rows)
     print(f"{'measure':<{w}}  {'value':<{v}}  note\n" + "-" * (w + v + 40))
@@ -141,30 +166,73 @@ def twin_rows(args) -> list[tuple[str, str, str]]:
     return rows
 
 
-def run_finetune(steps: int, episodes: int = 3, reset_steps: int = 150) -> list[tuple[str, str, str]]:
-    learner = {"learning_starts": 200, "batch_size": 128, "sync_every": 25, "checkpoint_every": 200,
-               "gradient_steps": 4}  # update-to-data ratio 4 (SERL uses high UTD)
+def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_scale: float = 0.2,
+                 learner: dict | None = None, twin_steps: int = 0, reset_mode: str = "hand", id_steps: int = 1000,
+                 reset_steps: int = 300) -> list[tuple[str, str, str]]:
+    learner = LearnerConfig(**{"learning_starts": 200, "batch_size": 128, "sync_every": 25, "checkpoint_every": 200,
+                               "gradient_steps": 4, **(learner or {})})  # update-to-data ratio 4 (SERL's is high)
     cfg = StandInConfig(robot=perturbed("crazyflie", MASS_SCALE, 1.0), initial_position=START)
     t0 = time.monotonic()
-    with stand_in_robot(cfg) as robot, tempfile.TemporaryDirectory() as d:
+    rows, actors = [], {"base": None}
+    with stand_in(cfg) as lab, tempfile.TemporaryDirectory() as d:
+        robot = lab.robot
         env = RobotEnv(robot, RobotEnvConfig(max_steps=200, control_period=0.0))
-        adapter, reset = ResidualAdapter(load_raptor(), 0.2), FlyBack(load_raptor(), START, reset_steps)
-        s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, learner=learner), reset=reset)
-        tuned = load_finetuned_actor(d, LearnerConfig(**learner))
-        runs = {"base": [], "tuned": []}
-        for _ in range(episodes):  # alternate, each after the same reset controller: comparable starts
-            for name, actor in (("base", None), ("tuned", tuned)):
-                reset(env)
+        policy = load_raptor() if base == "raptor" else load_policy(base)
+        rng = np.random.default_rng(0)
+        jittered = lambda: np.asarray(START) + rng.uniform(-JITTER, JITTER, 3)  # noqa: E731
+        person = HumanPrompt(lambda message: lab.put_back(jittered()))
+        # by hand: the person puts the robot back every episode; fly_back: RAPTOR flies it back (the person
+        # only after a crash, when it cannot arm)
+        reset = person if reset_mode == "hand" else FlyBack(load_raptor(), START, reset_steps, person)
+        adapter = ResidualAdapter(policy, residual_scale)
+        if twin_steps:
+            pre_rows, identified = pretrain_rows(lab, policy, d, twin_steps, id_steps, residual_scale, learner)
+            rows += pre_rows
+            actors["twin-pretrained"] = load_finetuned_actor(d, learner)
+            # the reward's hover command (and the first observation's action) from the identified robot
+            env = RobotEnv(robot, replace(env.config, robot={"preset": "crazyflie", "mass": identified.mass,
+                                                             "thrust_curve": list(identified.thrust_curve)}))
+        s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale,
+                                                     learner=asdict(learner)), reset=reset)
+        train_faults, train_wall = _faults(robot), time.monotonic() - t0
+        put_back = reset.fallbacks if isinstance(reset, FlyBack) else s["episodes"]
+        actors["fine-tuned"] = load_finetuned_actor(d, learner)
+        runs = {name: [] for name in actors}
+        starts = np.asarray(START) + np.random.default_rng(1).uniform(-JITTER, JITTER, (episodes, 3))
+        for start in starts:  # every policy from the same hand-placed starts
+            for name, actor in actors.items():
+                lab.put_back(start)
                 runs[name].append(fly_episode(env, adapter, actor))
-        before, after = ({k: float(np.mean([r[k] for r in runs[n]])) for k in ("mean_error", "final_error")}
-                         for n in ("base", "tuned"))
-        faults = [e.kind for e in robot.events if e.is_fault and e.kind != "stop"]
-    return [("ft: tracking error before", f"{before['mean_error']:.4f} m",
-             f"final {before['final_error']:.4f} m, RAPTOR alone, {episodes} episodes of 2 s"),
-            ("ft: tracking error after", f"{after['mean_error']:.4f} m",
-             f"final {after['final_error']:.4f} m, + SAC residual"),
-            ("ft: real steps", f"{s['steps']}", f"{s['episodes']} episodes, {time.monotonic() - t0:.0f} s wall"),
-            ("ft: safety faults", f"{len(faults)}", f"{faults}")]
+    for name, r in runs.items():
+        mean = [x["mean_error"] for x in r]
+        rows.append((f"ft: tracking error, {name}", f"{np.mean(mean):.4f} m +- {np.std(mean):.4f}",
+                     f"final {np.mean([x['final_error'] for x in r]):.4f} m, faults/episode "
+                     f"{np.mean([x['faults'] for x in r]):.2f}, {episodes} episodes of 2 s"
+                     + (f", base {base}" if name == "base" else "")))
+    return rows + [("ft: real fine-tuning steps", f"{s['steps']}", f"{s['episodes']} episodes, {train_wall:.0f} s wall "
+                    f"(all real steps, with identification and resets)"),
+                   ("ft: safety faults in fine-tuning", f"{len(train_faults)}",
+                    f"{train_faults[:4]}..., {s['safety_faults']} episodes ended by one; put back by hand "
+                    f"{put_back} times")]
+
+
+def pretrain_rows(lab, policy, directory, twin_steps, id_steps, residual_scale, learner) -> list:
+    """Identify the robot with the twin (RAPTOR + dither, twin-in-the-loop), then pre-train the residual
+    learner in the calibrated twin; the fine-tuning run resumes from ``directory``."""
+    lab.put_back(START)
+    twin = DigitalTwin(TwinConfig(robot="crazyflie"), initial_position=START)
+    id_env = RobotEnv(lab.robot, RobotEnvConfig(max_steps=id_steps, control_period=0.0))
+    fly_with_twin(id_env, twin, Perturbed(noise=0.05), "twin_in_the_loop", id_steps)
+    params = twin.calibrated_params()
+    c = TwinPretrainConfig(steps=twin_steps, residual_scale=residual_scale, task=HAND_LAUNCH, learning_rate=3e-4)
+    pre = pretrain_in_twin(policy, params, directory, c, learner, lab.robot.config)
+    return [("ft: identified mass", f"{params.mass * 1000:.2f} g",
+             f"true {perturbed('crazyflie', MASS_SCALE, 1.0)['mass'] * 1000:.2f} g, {id_steps} real steps"),
+            ("ft: twin pre-training", f"{pre['steps']} sim steps", f"{pre['wall_s']:.0f} s wall, 0 real steps")], params
+
+
+def _faults(robot) -> list[str]:
+    return [e.kind for e in robot.events if e.is_fault and e.kind != "stop"]
 
 
 if __name__ == "__main__":

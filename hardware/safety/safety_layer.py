@@ -93,6 +93,11 @@ class SafetyLayer:
             self._last_command_time = time.monotonic()
         self._start_watchdog()
 
+    def arming_problem(self) -> str | None:
+        """Why ``arm`` would refuse now (None: it would arm)."""
+        with self._lock:
+            return self._arming_problem(time.monotonic())
+
     def disarm(self) -> None:
         with self._lock:
             self._armed = False

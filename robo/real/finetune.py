@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
@@ -30,6 +31,7 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
+from hardware.drivers.base import RobotError
 from policies.base import Policy
 from robo.real.learner import LearnerConfig, build_sac, learner_main
 from robo.real.robot_env import RobotEnv
@@ -68,20 +70,41 @@ class ResidualAdapter:
 
 class FlyBack:
     """Reset controller: ``policy`` flies the robot to ``start`` for ``steps`` ticks (a RobotEnv of its own
-    over the same safety layer, so the safety limits hold during resets too)."""
+    over the same safety layer, so the safety limits hold during resets too). When the robot cannot
+    be armed (after a crash or a tilt fault it lies outside the arming checks), before or after the
+    fly-back, ``fallback`` (e.g. a ``HumanPrompt``) resets it; without one the arming error is raised
+    by the next arming. ``fallbacks`` counts the calls."""
 
-    def __init__(self, policy: Policy, start, steps: int = 200):
+    def __init__(self, policy: Policy, start, steps: int = 200,
+                 fallback: Callable[[RobotEnv], None] | None = None):
         self.policy, self.start, self.steps = policy, tuple(float(x) for x in start), int(steps)
+        self.fallback = fallback
+        self.fallbacks = 0
 
     @torch.no_grad()
     def __call__(self, env: RobotEnv) -> None:
         back = RobotEnv(env.safety, replace(env.config, hover_position=self.start, max_steps=self.steps))
-        obs, _ = back.reset()
+        try:
+            obs, _ = back.reset()
+        except RobotError:
+            if self.fallback is None:
+                raise
+            self._fall_back(env)
+            obs, _ = back.reset()
         self.policy.reset()
         for _ in range(self.steps):
             obs, _, terminated, truncated, _ = back.step(self.policy.act(obs[None])[0])
             if terminated or truncated:
                 break
+        env.safety.clear_faults()  # as the next RobotEnv.reset does
+        if env.safety.arming_problem() is not None:  # crashed, tilted: the person puts it back
+            self._fall_back(env)
+
+    def _fall_back(self, env: RobotEnv) -> None:
+        if self.fallback is None:
+            return  # nothing to do: the next arming check decides
+        self.fallbacks += 1
+        self.fallback(env)
 
 
 class HumanPrompt:
@@ -150,17 +173,33 @@ class _Learner:
             except queue.Empty:
                 return out
 
+    def kill(self) -> None:
+        """End the process now (the actor failed): its last checkpoint stays; exit does not wait on its queues."""
+        for q in (self.transitions, self.updates):
+            q.cancel_join_thread()
+        self.process.terminate()
+        self.process.join(timeout=10.0)
+
     def stop(self, timeout: float) -> int:
         """Ask the learner to checkpoint and exit; returns the transitions it holds."""
         self.transitions.put(("stop",))
+        deadline = time.monotonic() + timeout
         while True:
-            msg = self._get(timeout=timeout)
+            try:
+                msg = self.updates.get(timeout=1.0)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    self.kill()
+                    raise RuntimeError(f"the learner process died while stopping; its last checkpoint is in "
+                                       f"{self.directory}") from None
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"the learner process (pid {self.process.pid}) did not stop in {timeout} s; "
+                                       f"its last checkpoint is in {self.directory}") from None
+                continue
             if msg[0] == "stopped":
                 self.process.join(timeout=10.0)
                 return int(msg[1])
-            if not self.process.is_alive() and self.updates.empty():
-                raise RuntimeError(f"the learner process died while stopping; its last checkpoint is in "
-                                   f"{self.directory}")
 
 
 @torch.no_grad()
@@ -175,7 +214,17 @@ def finetune(env: RobotEnv, adapter: ActionAdapter, directory: str | Path, confi
     torch.manual_seed(c.seed)
     learner = _Learner(directory, lc)
     step = learner.start(wait=c.start_timeout)  # transitions already in the folder's checkpoint (resuming) or 0
-    actor = build_sac(lc).actor
+    try:
+        summary = _run_actor(env, adapter, learner, step, c, reset, intervention, on_step)
+    except BaseException:
+        learner.kill()  # its last checkpoint stays; running again on the folder resumes from it
+        raise
+    return summary
+
+
+def _run_actor(env: RobotEnv, adapter: ActionAdapter, learner: _Learner, step: int, c: FinetuneConfig, reset,
+               intervention: Intervention | None, on_step) -> dict:
+    actor = build_sac(learner.config).actor
     pending: dict[int, tuple] = {}
     summary = {"episodes": 0, "interventions": 0, "safety_faults": 0, "returns": [], "start_step": step}
     while step < c.total_steps:

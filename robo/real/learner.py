@@ -72,11 +72,13 @@ class SpacesEnv(gym.Env):
         raise RuntimeError("SpacesEnv only carries spaces; the robot produces the transitions")
 
 
-def build_sac(c: LearnerConfig):
-    """A fresh SAC whose actor starts at zero mean action (a residual of 0 = the base policy)."""
+def build_sac(c: LearnerConfig, env=None):
+    """A fresh SAC whose actor starts at zero mean action (a residual of 0 = the base policy). ``env``:
+    an env to learn in (e.g. the twin, ``robo.twin.pretrain``); default: spaces only, for the robot."""
     from stable_baselines3 import SAC
 
-    model = SAC("MlpPolicy", SpacesEnv(c.obs_dim, c.action_dim), learning_rate=c.learning_rate,
+    env = env if env is not None else SpacesEnv(c.obs_dim, c.action_dim)
+    model = SAC("MlpPolicy", env, learning_rate=c.learning_rate,
                 batch_size=c.batch_size, gamma=c.gamma, tau=c.tau, learning_starts=c.learning_starts,
                 ent_coef=c.ent_coef, seed=c.seed, device="cpu", buffer_size=1_000_000,
                 policy_kwargs={"net_arch": list(c.net_arch)})
@@ -104,6 +106,8 @@ def load_learner(directory: Path, c: LearnerConfig):
     if not (latest / "state.json").exists():
         return build_sac(c), 0, []
     model = SAC.load(latest / "sb3.zip", env=SpacesEnv(c.obs_dim, c.action_dim), device="cpu")
+    model.learning_rate = c.learning_rate  # this config's rate from here on (e.g. lower on the robot than in the twin)
+    model._setup_lr_schedule()
     model.load_replay_buffer(latest / "replay_buffer.pkl")
     state = json.loads((latest / "state.json").read_text())
     demos = np.load(latest / "demos.npz")["index"].tolist() if (latest / "demos.npz").exists() else []

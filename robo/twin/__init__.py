@@ -3,7 +3,7 @@ twin-in-the-loop flights, offline evaluation of many policies in the calibrated 
 
 from .offline import evaluate_in_twin, hover_scores
 from .runner import MODES, TwinFlight, fly_with_twin, twin_measurement
-from .standin import StandInConfig, perturbed, stand_in_robot
+from .standin import StandIn, StandInConfig, perturbed, stand_in, stand_in_robot
 
-__all__ = ["MODES", "StandInConfig", "TwinFlight", "evaluate_in_twin", "fly_with_twin", "hover_scores", "perturbed",
-           "stand_in_robot", "twin_measurement"]
+__all__ = ["MODES", "StandIn", "StandInConfig", "TwinFlight", "evaluate_in_twin", "fly_with_twin", "hover_scores",
+           "perturbed", "stand_in", "stand_in_robot", "twin_measurement"]

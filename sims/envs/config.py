@@ -66,13 +66,15 @@ class InitConfig:
 @dataclass
 class TerminationConfig:
     """An episode terminates (crash) when the quad hits the floor (world z < ``floor_z``
-    if ``floor``) or leaves the bounds around its reference."""
+    if ``floor``), leaves the bounds around its reference, or tilts more than ``tilt_deg`` (the
+    angle between body up and world up; 180: never, as a safety layer's tilt limit would)."""
 
     floor: bool = True
     floor_z: float = 0.0
     position_error: float = 2.0  # m
     velocity: float = 10.0  # m/s
     angular_velocity: float = 35.0  # rad/s
+    tilt_deg: float = 180.0
 
 
 @dataclass

@@ -208,5 +208,7 @@ class BatchedQuadrotorTask:
                       | (w.norm(dim=-1) > t.angular_velocity) | ~torch.isfinite(s).all(-1))
         if t.floor:
             terminated |= s[:, 2] < t.floor_z
+        if t.tilt_deg < 180.0:  # cos(tilt) = body z . world z = 1 - 2 (qx^2 + qy^2)
+            terminated |= 1 - 2 * (s[:, 4] ** 2 + s[:, 5] ** 2) < math.cos(math.radians(t.tilt_deg))
         reward = torch.where(terminated, torch.full_like(reward, -r.termination_penalty), reward)
         return torch.nan_to_num(reward, nan=-r.termination_penalty), terminated

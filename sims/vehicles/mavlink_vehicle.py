@@ -185,10 +185,12 @@ class MavlinkVehicle:
         return {"position": s[POS], "quaternion": s[QUAT], "velocity": s[VEL], "angular_velocity": s[OMEGA],
                 "motors": s[MOTOR]}
 
-    def set_state(self, position=None, quaternion=None, velocity=None, angular_velocity=None) -> None:
-        """Overwrite parts of the simulator state (robo frames: world FLU, body FLU, (w, x, y, z))."""
+    def set_state(self, position=None, quaternion=None, velocity=None, angular_velocity=None, motors=None) -> None:
+        """Overwrite parts of the simulator state (robo frames: world FLU, body FLU, (w, x, y, z); motor
+        states in [0, 1])."""
         with self._lock:
-            for sl, v in ((POS, position), (QUAT, quaternion), (VEL, velocity), (OMEGA, angular_velocity)):
+            for sl, v in ((POS, position), (QUAT, quaternion), (VEL, velocity), (OMEGA, angular_velocity),
+                          (MOTOR, motors)):
                 if v is not None:
                     self.sim.state[0, sl] = torch.as_tensor(v, dtype=torch.float64)
 

@@ -6,11 +6,12 @@ import signal
 import numpy as np
 import pytest
 
+from hardware.drivers.base import RobotError
 from policies.foundation import load_raptor
 from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune
 from robo.real.learner import LATEST, LearnerConfig, load_learner
-from robo.twin import StandInConfig, perturbed, stand_in_robot
+from robo.twin import StandInConfig, perturbed, stand_in, stand_in_robot
 
 START = (0.2, -0.2, 1.1)
 LEARNER = {"learning_starts": 20, "batch_size": 16, "sync_every": 10, "checkpoint_every": 20}
@@ -53,6 +54,45 @@ def test_learner_survives_a_kill_and_resumes(env, tmp_path):
     again = finetune(env, ResidualAdapter(load_raptor(), 0.2), tmp_path, cfg)
     assert again["start_step"] == 90 and again["steps"] == 90 and again["episodes"] == 0
     assert (tmp_path / LATEST / "sb3.zip").exists() and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_fly_back_calls_the_person_when_the_robot_cannot_arm():
+    """After a tilt fault the robot lies outside the arming checks: FlyBack hands it to its fallback
+    (here the stand-in's person, who puts it back), then flies it back; without one, arming fails."""
+    with stand_in(StandInConfig(robot=perturbed("crazyflie", 1.3, 1.0), initial_position=START)) as lab:
+        env = RobotEnv(lab.robot, RobotEnvConfig(max_steps=40, control_period=0.0))
+        env.reset()
+        tilted = (np.cos(np.radians(35)), np.sin(np.radians(35)), 0.0, 0.0)  # 70 deg of roll
+        lab._vehicle.set_state(quaternion=tilted)
+        for _ in range(10):  # the safety layer trips on the tilt once a measurement shows it
+            if env.step(np.zeros(4))[2]:
+                break
+        assert lab.robot.fault is not None and lab.robot.fault.kind == "tilt"
+        with pytest.raises(RobotError, match="arming refused"):
+            FlyBack(load_raptor(), START, 10)(env)
+        back = FlyBack(load_raptor(), START, 30, fallback=HumanPrompt(lambda message: lab.put_back(START)))
+        back(env)
+        assert back.fallbacks == 1
+        obs, info = env.reset()  # armable again, near the start
+        assert info["state"].position == pytest.approx(START, abs=0.1)
+
+
+def test_an_actor_failure_stops_the_learner_and_returns(env, tmp_path):
+    """A reset that raises ends ``finetune`` with that error at once; the learner process is gone
+    (no exit hang on its queues) and its checkpoint folder is usable."""
+    import multiprocessing as mp
+
+    calls = []
+
+    def failing_reset(e):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("reset controller lost the robot")
+
+    with pytest.raises(RuntimeError, match="lost the robot"):
+        finetune(env, ResidualAdapter(load_raptor(), 0.2), tmp_path, FinetuneConfig(total_steps=500, learner=LEARNER),
+                 reset=failing_reset)
+    assert not [p for p in mp.active_children() if p.name == "robo-learner"]
 
 
 def test_human_prompt_reset_and_bad_config(env):

@@ -163,3 +163,19 @@ def test_action_rate_penalizes_the_change_of_command_only():
     expected = 0.5 * 2.0 * float(((jump - hover) ** 2).sum())  # scale * action_rate * |a_t - a_{t-1}|^2
     assert expected > 1.0
     torch.testing.assert_close(off[1] - on[1], torch.tensor(expected), rtol=1e-4, atol=1e-4)
+
+
+def test_tilt_limit_terminates_past_the_angle_only():
+    """termination.tilt_deg (a safety layer's tilt limit): 45 deg of roll ends a 40-deg-limited episode,
+    30 deg does not; the default (180) never does."""
+    def step_at_roll(deg: float, limit: float | None):
+        task = {"name": "hover"} if limit is None else {"name": "hover", "termination": {"tilt_deg": limit}}
+        env = QuadrotorEnv(task)
+        env.reset(seed=0)
+        half = np.radians(deg) / 2
+        env.core.state[0, 3:7] = torch.tensor([np.cos(half), np.sin(half), 0.0, 0.0], dtype=env.core.state.dtype)
+        env.core.state[0, 7:13] = 0.0
+        return env.step(np.zeros(4, np.float32))[2]
+
+    assert step_at_roll(45.0, 40.0) and not step_at_roll(30.0, 40.0)
+    assert not step_at_roll(120.0, None)

@@ -1,0 +1,131 @@
+"""Pre-train the real-robot fine-tuning learner in the calibrated twin (Real-is-Sim, then SERL).
+
+``robo.real.finetune`` learns a residual on the robot with an SB3 SAC learner. From scratch, that
+learner explores on the hardware: early on its random residual tilts the robot into safety faults.
+With the twin's identified parameters (``DigitalTwin.calibrated_params()``) the same residual can
+first be learned in robo's batched simulator, where steps are cheap and faults harmless; the
+learner folder it writes (actor, critic and the simulated transitions, as one-env replay data)
+is what ``finetune`` then resumes from on the robot, to close the rest of the gap (latency,
+sensor noise, what the twin does not model). Real steps counted by ``finetune`` start at 0.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from hardware.safety import SafetyConfig
+from policies.base import Policy
+from robo.real.learner import LearnerConfig, build_sac, save_learner
+from robo.rl.sb3_vec_env import SB3VecEnvAdapter
+from sims.envs import QuadrotorTaskConfig, QuadrotorVectorEnv, make_task_config
+from sims.quadrotor import QuadrotorParams
+
+
+class ResidualVecEnv(VectorEnv):
+    """``venv`` whose (N, 4) actions u in [-1, 1] become ``clip(base(obs) + scale * u, -1, 1)``
+    (``robo.real.finetune.ResidualAdapter``, batched). The base is reset where episodes end."""
+
+    def __init__(self, venv: VectorEnv, base: Policy, scale: float):
+        if not scale > 0:
+            raise ValueError(f"residual scale must be > 0, got {scale}")
+        self.venv, self.base, self.scale = venv, base, float(scale)
+        self.num_envs = venv.num_envs
+        self.metadata = venv.metadata
+        self.single_observation_space, self.observation_space = venv.single_observation_space, venv.observation_space
+        self.single_action_space, self.action_space = venv.single_action_space, venv.action_space
+        self._obs: np.ndarray | None = None
+
+    def reset(self, *, seed=None, options=None):
+        self._obs, info = self.venv.reset(seed=seed, options=options)
+        self.base.reset()
+        return self._obs, info
+
+    @torch.no_grad()
+    def step(self, actions):
+        u = np.asarray(actions, dtype=np.float32).reshape(self.num_envs, -1)
+        base = np.asarray(torch.as_tensor(self.base.act(torch.as_tensor(self._obs))), dtype=np.float32)
+        obs, reward, terminated, truncated, info = self.venv.step(np.clip(base + self.scale * u, -1.0, 1.0))
+        done = terminated | truncated
+        if done.any():
+            self.base.reset(torch.as_tensor(done))
+        self._obs = obs
+        return obs, reward, terminated, truncated, info
+
+    def close(self, **kwargs):
+        self.venv.close()
+
+
+@dataclass
+class TwinPretrainConfig:
+    """steps: simulated env steps; num_envs: batched quadrotors; gradient_steps: SAC updates per batched
+    step; learning_rate (the learner's other settings are the ``LearnerConfig``'s); task: the sim task
+    (its reward is the ``RobotEnv``'s default, the same ``quadrotor_reward``); residual_scale: as
+    ``FinetuneConfig``'s."""
+
+    steps: int = 50_000
+    num_envs: int = 16
+    gradient_steps: int = 4  # per batched step of num_envs transitions
+    learning_rate: float | None = None  # None: the LearnerConfig's
+    task: str | dict = "hover"
+    residual_scale: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.num_envs < 1:
+            raise ValueError(f"steps and num_envs must be >= 1, got {self.steps}, {self.num_envs}")
+
+
+def single_env_buffer(buffer, n_envs: int):
+    """The first ``pos`` rows of an SB3 ``ReplayBuffer`` of ``n_envs`` envs as a one-env buffer (the real
+    learner adds one transition at a time). Returns a new buffer of the same capacity in transitions."""
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    n = (buffer.buffer_size if buffer.full else buffer.pos) * n_envs
+    out = ReplayBuffer(max(buffer.buffer_size * n_envs, n + 1), buffer.observation_space, buffer.action_space,
+                       device="cpu", n_envs=1)
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        src = getattr(buffer, name)
+        rows = src if buffer.full else src[:buffer.pos]
+        getattr(out, name)[:n] = rows.reshape(n, 1, *src.shape[2:])
+    out.pos, out.full = n, False
+    return out
+
+
+def safe_task(task: str | dict, safety: SafetyConfig) -> QuadrotorTaskConfig:
+    """``task`` whose episodes end where the safety layer would fault on the robot (tilt, body rate)."""
+    t = make_task_config(task)
+    term = replace(t.termination, tilt_deg=min(t.termination.tilt_deg, safety.max_tilt_deg),
+                   angular_velocity=min(t.termination.angular_velocity, safety.max_body_rate))
+    return replace(t, termination=term)
+
+
+def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directory: str | Path,
+                     config: TwinPretrainConfig | None = None, learner: LearnerConfig | None = None,
+                     safety: SafetyConfig | None = None) -> dict:
+    """Learn the residual on ``base`` in a batched sim with ``params`` (the calibrated twin) and write
+    the learner folder ``finetune`` resumes from. With ``safety`` (the robot's limits) a simulated
+    episode ends, with the termination penalty, where the robot's safety layer would fault.
+    Returns {steps, wall_s, transitions}."""
+    c, lc = config or TwinPretrainConfig(), learner or LearnerConfig()
+    if (Path(directory) / "latest").exists():
+        raise FileExistsError(f"{directory} already holds a learner; pre-train into a new folder")
+    torch.manual_seed(c.seed)
+    task = safe_task(c.task, safety) if safety is not None else make_task_config(c.task)
+    venv = QuadrotorVectorEnv(c.num_envs, task, robot=params)
+    env = SB3VecEnvAdapter(ResidualVecEnv(venv, base, c.residual_scale))
+    env.seed(c.seed)
+    lr = lc.learning_rate if c.learning_rate is None else c.learning_rate
+    model = build_sac(replace(lc, gradient_steps=c.gradient_steps, learning_rate=lr), env=env)
+    t0 = time.monotonic()
+    model.learn(total_timesteps=c.steps, progress_bar=False)
+    model.replay_buffer = single_env_buffer(model.replay_buffer, c.num_envs)
+    model.n_envs = 1
+    save_learner(Path(directory), model, 0, [], lc)
+    return {"steps": int(model.num_timesteps), "wall_s": time.monotonic() - t0,
+            "transitions": int(model.replay_buffer.pos)}
