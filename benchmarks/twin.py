@@ -36,10 +36,9 @@ from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import (FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode,
                                load_finetuned_actor)
 from robo.real.learner import LearnerConfig
-from robo.twin.pretrain import TwinPretrainConfig, pretrain_in_twin
-from robo.twin import (StandInConfig, evaluate_in_twin, fly_with_twin, hover_scores, perturbed, stand_in,
-                       stand_in_robot)
-from sims.twin import DigitalTwin, TwinConfig
+from robo.twin import StandInConfig, evaluate_in_twin, hover_scores, perturbed, stand_in, stand_in_robot
+from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
+from sims.twin import DigitalTwin
 
 START = (0.2, -0.2, 1.1)
 MASS_SCALE, THRUST_SCALE = 1.3, 1.1
@@ -68,14 +67,13 @@ class Perturbed:
         return a.numpy() if isinstance(obs, np.ndarray) else a
 
 
-def identify(steps: int, latency: int) -> tuple[DigitalTwin, dict]:
+def identification(steps: int, latency: int) -> tuple[DigitalTwin, dict]:
     truth = perturbed("crazyflie", MASS_SCALE, THRUST_SCALE)
     cfg = StandInConfig(robot=truth, initial_position=START, sensors={**NOISE, "latency_steps": latency})
     t0 = time.monotonic()
     with stand_in_robot(cfg) as robot:
-        env = RobotEnv(robot, RobotEnvConfig(max_steps=steps, control_period=0.0))
-        twin = DigitalTwin(TwinConfig(robot="crazyflie"), initial_position=START)
-        flight = fly_with_twin(env, twin, Perturbed(noise=0.05), "twin_in_the_loop", steps)
+        env = RobotEnv(robot, RobotEnvConfig(control_period=0.0))
+        twin, flight = identify(env, load_raptor(), "crazyflie", steps)
     a = flight.arrays()
     return twin, {"ticks": len(a["mass"]), "mass": a["mass"][-1], "true_mass": truth["mass"],
                   "thrust_scale": a["thrust_scale"][-1], "latency": a["latency_steps"][-1],
@@ -140,7 +138,7 @@ def main() -> None:
 
 def twin_rows(args) -> list[tuple[str, str, str]]:
     rows = []
-    twin, ident = identify(args.id_steps, args.latency)
+    twin, ident = identification(args.id_steps, args.latency)
     rows += [("id: flight", f"{ident['ticks'] / 100:.1f} s", "twin-in-the-loop, dither 0.05"),
              ("id: mass", f"{ident['mass']:.5f} kg", f"true {ident['true_mass']:.5f}, error "
               f"{100 * abs(ident['mass'] / ident['true_mass'] - 1):.2f} %"),
@@ -220,10 +218,8 @@ def pretrain_rows(lab, policy, directory, twin_steps, id_steps, residual_scale, 
     """Identify the robot with the twin (RAPTOR + dither, twin-in-the-loop), then pre-train the residual
     learner in the calibrated twin; the fine-tuning run resumes from ``directory``."""
     lab.put_back(START)
-    twin = DigitalTwin(TwinConfig(robot="crazyflie"), initial_position=START)
-    id_env = RobotEnv(lab.robot, RobotEnvConfig(max_steps=id_steps, control_period=0.0))
-    fly_with_twin(id_env, twin, Perturbed(noise=0.05), "twin_in_the_loop", id_steps)
-    params = twin.calibrated_params()
+    env = RobotEnv(lab.robot, RobotEnvConfig(control_period=0.0))
+    params = identify(env, load_raptor(), "crazyflie", id_steps)[0].calibrated_params()
     c = TwinPretrainConfig(steps=twin_steps, residual_scale=residual_scale, task=HAND_LAUNCH, learning_rate=3e-4)
     pre = pretrain_in_twin(policy, params, directory, c, learner, lab.robot.config)
     return [("ft: identified mass", f"{params.mass * 1000:.2f} g",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 import logging
 from pathlib import Path
 
@@ -15,32 +16,35 @@ from hardware.safety import SafetyConfig, SafetyLayer
 from robo.factory import make_policy
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode, \
     load_finetuned_actor
-from robo.real.learner import LearnerConfig
+from robo.real.learner import LATEST, LearnerConfig
 from robo.real.robot_env import RobotEnv, RobotEnvConfig
 from robo.run_dir import write_json, write_resolved_config
-from robo.twin.standin import StandInConfig, stand_in_robot
+from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
+from robo.twin.standin import StandInConfig, stand_in
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
 def open_robot(c: dict):
-    """The robot named by a ``real_robot`` config node, connected and behind the safety layer."""
+    """(robot, person) for a ``real_robot`` config node: the robot connected and behind the safety
+    layer, and the human reset (``HumanPrompt``: at the terminal for a real PX4; the stand-in's
+    ``put_back`` at its initial position for the stand-in)."""
     if c.get("driver") != "px4":
         raise ValueError(f"real_robot.driver={c.get('driver')!r}; only 'px4' is supported")
     if c.get("connection"):
         robot = SafetyLayer(PX4Robot(connection=c["connection"]), SafetyConfig.from_dict(c.get("safety") or {}))
         robot.connect(10.0)
         try:
-            yield robot
+            yield robot, HumanPrompt()
         finally:
             robot.close()
         return
     s = c["standin"]
-    with stand_in_robot(StandInConfig(robot=s["robot"], sensors=s.get("sensors") or {},
-                                      initial_position=tuple(s["initial_position"]),
-                                      safety=c.get("safety") or {})) as robot:
-        yield robot
+    start = tuple(s["initial_position"])
+    with stand_in(StandInConfig(robot=s["robot"], sensors=s.get("sensors") or {}, initial_position=start,
+                                safety=c.get("safety") or {})) as lab:
+        yield lab.robot, HumanPrompt(lambda message: lab.put_back(start))
 
 
 def _base(name: str):
@@ -55,11 +59,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(c["resume"]) if c.get("resume") else run_dir
     write_resolved_config(run_dir, cfg)
     start = tuple(c["real_robot"].get("standin", {}).get("initial_position", c["hover_position"]))
-    with open_robot(c["real_robot"]) as robot:
+    with open_robot(c["real_robot"]) as (robot, person):
         env = RobotEnv(robot, RobotEnvConfig(hover_position=tuple(c["hover_position"]),
                                              max_steps=int(c["episode_steps"]), control_period=0.0))
         adapter = ResidualAdapter(_base(c["base"]), float(c["residual_scale"]))
-        reset = FlyBack(_base(c["base"]), start, int(c["reset_steps"])) if c["reset"] == "fly_back" else HumanPrompt()
+        reset = FlyBack(_base(c["base"]), start, int(c["reset_steps"]), person) if c["reset"] == "fly_back" else person
         def evaluate(actor=None) -> list[dict]:  # each episode after the reset controller: comparable starts
             out = []
             for i in range(int(c["eval_episodes"])):
@@ -68,6 +72,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             return out
 
         before = evaluate()
+        pre = c["twin_pretrain"]
+        pretrained = None
+        if int(pre["steps"]) > 0 and not (run_dir / "checkpoints" / LATEST).exists():
+            params = _pretrain(env, reset, adapter.base, run_dir / "checkpoints", c)
+            # the reward's hover command (and the first observation's action) from the identified robot
+            env = RobotEnv(robot, replace(env.config, robot={"preset": pre["nominal"], "mass": params.mass,
+                                                             "thrust_curve": list(params.thrust_curve)}))
+            pretrained = {"identified_mass": params.mass, "sim_steps": int(pre["steps"]),
+                          "tracking_error_pretrained": float(np.mean([r["mean_error"] for r in evaluate(
+                              load_finetuned_actor(run_dir / "checkpoints", LearnerConfig(**c["learner"])))]))}
         summary = finetune(env, adapter, run_dir / "checkpoints",
                            FinetuneConfig(total_steps=int(c["total_steps"]), residual_scale=float(c["residual_scale"]),
                                           seed=int(c["seed"]), learner=dict(c["learner"])), reset=reset)
@@ -81,5 +95,23 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
               "final_error_after": float(np.mean([a["final_error"] for a in after])),
               "interventions": summary["interventions"], "learner_restarts": summary["learner_restarts"],
               "safety_faults": len(events)}
+    result.update(pretrained or {})
     write_json(run_dir / "metrics.json", result)
     return result
+
+
+def _pretrain(env: RobotEnv, reset, base, directory: Path, c: dict):
+    """Identify the robot with the twin (one dithered flight), pre-train the learner in the calibrated
+    twin into ``directory`` (fine-tuning resumes from it); returns the identified parameters."""
+    pre = c["twin_pretrain"]
+    reset(env)
+    twin, flight = identify(env, _base(pre["identify_policy"]), pre["nominal"], int(pre["identify_steps"]),
+                            seed=int(c["seed"]))
+    params = twin.calibrated_params()
+    log.info("identified mass %.5f kg, thrust scale %.3f in %d real steps", params.mass,
+             twin.estimate["thrust_scale"], int(pre["identify_steps"]))
+    cfg = TwinPretrainConfig(steps=int(pre["steps"]), residual_scale=float(c["residual_scale"]), task=pre["task"],
+                             learning_rate=pre.get("learning_rate"), seed=int(c["seed"]))
+    out = pretrain_in_twin(base, params, directory, cfg, LearnerConfig(**c["learner"]), env.safety.config)
+    log.info("pre-trained in the twin: %d sim steps in %.0f s", out["steps"], out["wall_s"])
+    return params

@@ -22,9 +22,38 @@ from gymnasium.vector import VectorEnv
 from hardware.safety import SafetyConfig
 from policies.base import Policy
 from robo.real.learner import LearnerConfig, build_sac, save_learner
+from robo.real.robot_env import RobotEnv
+from robo.twin.runner import TwinFlight, fly_with_twin
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from sims.envs import QuadrotorTaskConfig, QuadrotorVectorEnv, make_task_config
 from sims.quadrotor import QuadrotorParams
+from sims.twin import DigitalTwin, TwinConfig
+
+
+class Dithered:
+    """``policy`` plus Gaussian action noise of std ``noise`` (excitation for identification), clipped."""
+
+    def __init__(self, policy: Policy, noise: float = 0.05, seed: int = 0):
+        self.policy, self.noise = policy, float(noise)
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, mask=None):
+        self.policy.reset(mask)
+
+    def act(self, obs):
+        a = torch.as_tensor(self.policy.act(torch.as_tensor(obs, dtype=torch.float32)))
+        a = (a + torch.as_tensor(self.rng.normal(0.0, self.noise, tuple(a.shape)), dtype=a.dtype)).clamp(-1, 1)
+        return a.numpy() if isinstance(obs, np.ndarray) else a
+
+
+def identify(env: RobotEnv, policy: Policy, nominal: str | dict, steps: int = 1000, noise: float = 0.05,
+             seed: int = 0) -> tuple[DigitalTwin, TwinFlight]:
+    """Fly ``policy`` (dithered by ``noise``) twin-in-the-loop for one episode of ``steps`` ticks on the
+    robot; returns the twin, whose ``calibrated_params()`` hold the identified mass and thrust scale,
+    and the flight's record."""
+    twin = DigitalTwin(TwinConfig(robot=nominal))
+    env = RobotEnv(env.safety, replace(env.config, max_steps=int(steps)))
+    return twin, fly_with_twin(env, twin, Dithered(policy, noise, seed), "twin_in_the_loop", steps)
 
 
 class ResidualVecEnv(VectorEnv):

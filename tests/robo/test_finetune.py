@@ -117,7 +117,7 @@ def test_finetune_cli_config_composes_and_rejects_a_bad_driver(tmp_path):
     r = subprocess.run([sys.executable, "-m", "robo", "finetune", "base=raptor", "total_steps=10", "--cfg", "job"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "driver: px4" in r.stdout and "total_steps: 10" in r.stdout
+    assert "driver: px4" in r.stdout and "total_steps: 10" in r.stdout and "twin_pretrain:" in r.stdout
     with pytest.raises(ValueError, match="only 'px4'"):
         with open_robot({"driver": "crazyflie"}):
             pass
