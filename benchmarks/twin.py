@@ -25,6 +25,7 @@ import argparse
 from dataclasses import asdict, replace
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -35,9 +36,10 @@ from policies.registry import load_policy
 from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import (FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode,
                                load_finetuned_actor)
-from robo.real.learner import LearnerConfig
+from robo.real.learner import LearnerConfig, load_snapshots
 from robo.twin import StandInConfig, evaluate_in_twin, hover_scores, perturbed, stand_in, stand_in_robot
 from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
+from robo.twin.select import best_in_twin
 from sims.twin import DigitalTwin
 
 START = (0.2, -0.2, 1.1)
@@ -118,6 +120,7 @@ def main() -> None:
     ap.add_argument("--residual-scale", type=float, default=0.2)
     ap.add_argument("--reset", choices=("hand", "fly_back"), default="hand",
                     help="fine-tuning resets: placed by hand at START +- 0.1 m, or flown back by RAPTOR")
+    ap.add_argument("--seed", type=int, default=0, help="fine-tuning seed (learner, twin, hand resets)")
     ap.add_argument("--twin-pretrain", type=int, default=0, metavar="STEPS",
                     help="identify the robot, then pre-train the residual for STEPS in the calibrated twin")
     ap.add_argument("--learner", nargs="*", default=[], metavar="KEY=VALUE",
@@ -128,7 +131,7 @@ def main() -> None:
     if args.finetune:
         learner = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.learner)}
         rows += run_finetune(args.finetune, args.base, args.ft_episodes, args.residual_scale, learner,
-                             args.twin_pretrain, args.reset)
+                             args.twin_pretrain, args.reset, args.seed)
     w = max(len(r[0]) for r in rows)
     v = max(len(r[1]) for r in rows)
     print(f"{'measure':<{w}}  {'value':<{v}}  note\n" + "-" * (w + v + 40))
@@ -165,10 +168,10 @@ def twin_rows(args) -> list[tuple[str, str, str]]:
 
 
 def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_scale: float = 0.2,
-                 learner: dict | None = None, twin_steps: int = 0, reset_mode: str = "hand", id_steps: int = 1000,
-                 reset_steps: int = 300) -> list[tuple[str, str, str]]:
+                 learner: dict | None = None, twin_steps: int = 0, reset_mode: str = "hand", seed: int = 0,
+                 id_steps: int = 1000, reset_steps: int = 300) -> list[tuple[str, str, str]]:
     learner = LearnerConfig(**{"learning_starts": 200, "batch_size": 128, "sync_every": 25, "checkpoint_every": 200,
-                               "gradient_steps": 4, **(learner or {})})  # update-to-data ratio 4 (SERL's is high)
+                               "gradient_steps": 4, "snapshot_every": 500, "seed": seed, **(learner or {})})  # UTD 4
     cfg = StandInConfig(robot=perturbed("crazyflie", MASS_SCALE, 1.0), initial_position=START)
     t0 = time.monotonic()
     rows, actors = [], {"base": None}
@@ -176,7 +179,7 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
         robot = lab.robot
         env = RobotEnv(robot, RobotEnvConfig(max_steps=200, control_period=0.0))
         policy = load_raptor() if base == "raptor" else load_policy(base)
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(seed)
         jittered = lambda: np.asarray(START) + rng.uniform(-JITTER, JITTER, 3)  # noqa: E731
         person = HumanPrompt(lambda message: lab.put_back(jittered()))
         # by hand: the person puts the robot back every episode; fly_back: RAPTOR flies it back (the person
@@ -184,17 +187,24 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
         reset = person if reset_mode == "hand" else FlyBack(load_raptor(), START, reset_steps, person)
         adapter = ResidualAdapter(policy, residual_scale)
         if twin_steps:
-            pre_rows, identified = pretrain_rows(lab, policy, d, twin_steps, id_steps, residual_scale, learner)
+            pre_rows, identified = pretrain_rows(lab, policy, d, twin_steps, id_steps, residual_scale, learner, seed)
             rows += pre_rows
             actors["twin-pretrained"] = load_finetuned_actor(d, learner)
             # the reward's hover command (and the first observation's action) from the identified robot
             env = RobotEnv(robot, replace(env.config, robot={"preset": "crazyflie", "mass": identified.mass,
                                                              "thrust_curve": list(identified.thrust_curve)}))
-        s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale,
+        s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale, seed=seed,
                                                      learner=asdict(learner)), reset=reset)
         train_faults, train_wall = _faults(robot), time.monotonic() - t0
         put_back = reset.fallbacks if isinstance(reset, FlyBack) else s["episodes"]
-        actors["fine-tuned"] = load_finetuned_actor(d, learner)
+        actors["fine-tuned, last"] = load_finetuned_actor(d, learner)
+        if twin_steps:  # Real-is-Sim: score the pre-trained actor and the robot phase's snapshots in the twin
+            candidates = {"twin-pretrained": actors["twin-pretrained"],
+                          **{k: v for k, v in load_snapshots(Path(d), learner).items() if not k.startswith("sim-")}}
+            best, scores = best_in_twin(policy, candidates, identified, START, residual_scale)
+            rows.append(("ft: twin's pick among the robot phase's actors", best,
+                         " ".join(f"{k}:{v:.3f}" for k, v in scores.items())))
+            actors["fine-tuned, twin-selected"] = candidates[best]
         runs = {name: [] for name in actors}
         starts = np.asarray(START) + np.random.default_rng(1).uniform(-JITTER, JITTER, (episodes, 3))
         for start in starts:  # every policy from the same hand-placed starts
@@ -214,17 +224,20 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
                     f"{put_back} times")]
 
 
-def pretrain_rows(lab, policy, directory, twin_steps, id_steps, residual_scale, learner) -> list:
+def pretrain_rows(lab, policy, directory, twin_steps, id_steps, residual_scale, learner, seed) -> list:
     """Identify the robot with the twin (RAPTOR + dither, twin-in-the-loop), then pre-train the residual
     learner in the calibrated twin; the fine-tuning run resumes from ``directory``."""
     lab.put_back(START)
     env = RobotEnv(lab.robot, RobotEnvConfig(control_period=0.0))
     params = identify(env, load_raptor(), "crazyflie", id_steps)[0].calibrated_params()
-    c = TwinPretrainConfig(steps=twin_steps, residual_scale=residual_scale, task=HAND_LAUNCH, learning_rate=3e-4)
+    c = TwinPretrainConfig(steps=twin_steps, residual_scale=residual_scale, task=HAND_LAUNCH, learning_rate=3e-4,
+                           select_start=START, seed=seed)
     pre = pretrain_in_twin(policy, params, directory, c, learner, lab.robot.config)
+    scores = " ".join(f"{v:.3f}" for v in pre["scores"].values())
     return [("ft: identified mass", f"{params.mass * 1000:.2f} g",
              f"true {perturbed('crazyflie', MASS_SCALE, 1.0)['mass'] * 1000:.2f} g, {id_steps} real steps"),
-            ("ft: twin pre-training", f"{pre['steps']} sim steps", f"{pre['wall_s']:.0f} s wall, 0 real steps")], params
+            ("ft: twin pre-training", f"{pre['steps']} sim steps",
+             f"{pre['wall_s']:.0f} s wall, 0 real steps, kept {pre['selected']} (twin scores {scores})")], params
 
 
 def _faults(robot) -> list[str]:

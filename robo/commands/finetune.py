@@ -16,10 +16,11 @@ from hardware.safety import SafetyConfig, SafetyLayer
 from robo.factory import make_policy
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode, \
     load_finetuned_actor
-from robo.real.learner import LATEST, LearnerConfig
+from robo.real.learner import LATEST, LearnerConfig, load_snapshots
 from robo.real.robot_env import RobotEnv, RobotEnvConfig
 from robo.run_dir import write_json, write_resolved_config
 from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
+from robo.twin.select import best_in_twin
 from robo.twin.standin import StandInConfig, stand_in
 
 log = logging.getLogger(__name__)
@@ -72,20 +73,28 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             return out
 
         before = evaluate()
-        pre = c["twin_pretrain"]
-        pretrained = None
-        if int(pre["steps"]) > 0 and not (run_dir / "checkpoints" / LATEST).exists():
-            params = _pretrain(env, reset, adapter.base, run_dir / "checkpoints", c)
+        pre, lc, folder = c["twin_pretrain"], LearnerConfig(**c["learner"]), run_dir / "checkpoints"
+        pretrained, params = {}, None
+        if int(pre["steps"]) > 0 and not (folder / LATEST).exists():
+            params = _pretrain(env, reset, adapter.base, folder, c, start)
             # the reward's hover command (and the first observation's action) from the identified robot
             env = RobotEnv(robot, replace(env.config, robot={"preset": pre["nominal"], "mass": params.mass,
                                                              "thrust_curve": list(params.thrust_curve)}))
+            pretrained_actor = load_finetuned_actor(folder, lc)
             pretrained = {"identified_mass": params.mass, "sim_steps": int(pre["steps"]),
-                          "tracking_error_pretrained": float(np.mean([r["mean_error"] for r in evaluate(
-                              load_finetuned_actor(run_dir / "checkpoints", LearnerConfig(**c["learner"])))]))}
-        summary = finetune(env, adapter, run_dir / "checkpoints",
+                          "tracking_error_pretrained": float(np.mean([r["mean_error"] for r in
+                                                                      evaluate(pretrained_actor)]))}
+        summary = finetune(env, adapter, folder,
                            FinetuneConfig(total_steps=int(c["total_steps"]), residual_scale=float(c["residual_scale"]),
                                           seed=int(c["seed"]), learner=dict(c["learner"])), reset=reset)
-        actor = load_finetuned_actor(run_dir / "checkpoints", LearnerConfig(**c["learner"]))
+        actor = load_finetuned_actor(folder, lc)
+        if params is not None and lc.snapshot_every > 0:  # deploy the actor the twin scores best (Real-is-Sim)
+            candidates = {"pretrained": pretrained_actor, **{k: v for k, v in load_snapshots(folder, lc).items()
+                                                            if not k.startswith("sim-")}}
+            best, scores = best_in_twin(adapter.base, candidates, params, start, float(c["residual_scale"]),
+                                        hover=tuple(c["hover_position"]))
+            actor, pretrained["deployed_actor"] = candidates[best], best
+            log.info("twin scores of the robot phase's actors: %s; deploying %s", scores, best)
         after = evaluate(actor)
         events = [e.kind for e in robot.events if e.is_fault and e.kind != "stop"]
     result = {"real_steps": summary["steps"], "episodes": summary["episodes"],
@@ -95,14 +104,15 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
               "final_error_after": float(np.mean([a["final_error"] for a in after])),
               "interventions": summary["interventions"], "learner_restarts": summary["learner_restarts"],
               "safety_faults": len(events)}
-    result.update(pretrained or {})
+    result.update(pretrained)
     write_json(run_dir / "metrics.json", result)
     return result
 
 
-def _pretrain(env: RobotEnv, reset, base, directory: Path, c: dict):
+def _pretrain(env: RobotEnv, reset, base, directory: Path, c: dict, start):
     """Identify the robot with the twin (one dithered flight), pre-train the learner in the calibrated
-    twin into ``directory`` (fine-tuning resumes from it); returns the identified parameters."""
+    twin into ``directory`` (fine-tuning resumes from it; with ``twin_pretrain.select`` from the
+    snapshot the twin scores best from ``start``); returns the identified parameters."""
     pre = c["twin_pretrain"]
     reset(env)
     twin, flight = identify(env, _base(pre["identify_policy"]), pre["nominal"], int(pre["identify_steps"]),
@@ -111,7 +121,9 @@ def _pretrain(env: RobotEnv, reset, base, directory: Path, c: dict):
     log.info("identified mass %.5f kg, thrust scale %.3f in %d real steps", params.mass,
              twin.estimate["thrust_scale"], int(pre["identify_steps"]))
     cfg = TwinPretrainConfig(steps=int(pre["steps"]), residual_scale=float(c["residual_scale"]), task=pre["task"],
-                             learning_rate=pre.get("learning_rate"), seed=int(c["seed"]))
+                             learning_rate=pre.get("learning_rate"), seed=int(c["seed"]),
+                             snapshot_every=int(pre["snapshot_every"]), select_start=start if pre["select"] else None,
+                             select_hover=tuple(c["hover_position"]))
     out = pretrain_in_twin(base, params, directory, cfg, LearnerConfig(**c["learner"]), env.safety.config)
     log.info("pre-trained in the twin: %d sim steps in %.0f s", out["steps"], out["wall_s"])
     return params

@@ -14,6 +14,7 @@ steering of a diffusion policy plugs in there, with the same learner).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import queue
@@ -32,8 +33,10 @@ LATEST = "latest"
 
 @dataclass
 class LearnerConfig:
-    """SAC settings (SB3 ``SAC`` keyword arguments where named alike); sync_every / checkpoint_every
-    in transitions; log_std_init: initial log std of the learner's actions (small: gentle exploration)."""
+    """SAC settings (SB3 ``SAC`` keyword arguments where named alike); sync_every / checkpoint_every /
+    snapshot_every in transitions; log_std_init: initial log std of the learner's actions (small:
+    gentle exploration). Snapshots (``snapshots/<n>.safetensors``, the actor alone) are what
+    ``robo.twin.select`` scores in the calibrated twin to pick the actor to deploy."""
 
     learning_rate: float = 1e-3
     batch_size: int = 128
@@ -46,6 +49,7 @@ class LearnerConfig:
     log_std_init: float = -1.5
     sync_every: int = 50
     checkpoint_every: int = 200
+    snapshot_every: int = 0  # keep the actor every this many transitions in snapshots/ (0: never)
     seed: int = 0
     obs_dim: int = 22
     action_dim: int = 4
@@ -94,6 +98,35 @@ def actor_weights(model) -> dict[str, np.ndarray]:
     """The actor's weights as numpy arrays (plain pickles: torch tensors on a multiprocessing queue are
     shared through the sender's file descriptors, which die with a killed learner)."""
     return {k: v.detach().cpu().numpy().copy() for k, v in model.actor.state_dict().items()}
+
+
+SNAPSHOTS = "snapshots"
+
+
+def save_snapshot(directory: Path, name: str, model) -> Path:
+    """The actor's weights as ``directory/snapshots/<name>.safetensors`` (written atomically)."""
+    from safetensors.torch import save_file
+
+    path = Path(directory) / SNAPSHOTS / f"{name}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({k: v.detach().contiguous() for k, v in model.actor.state_dict().items()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_snapshots(directory: Path, c: LearnerConfig) -> dict:
+    """{name: actor} for every snapshot in ``directory/snapshots`` (sorted by name)."""
+    from safetensors.torch import load_file
+
+    paths = sorted((Path(directory) / SNAPSHOTS).glob("*.safetensors"))
+    template = build_sac(c).actor if paths else None
+    out = {}
+    for path in paths:
+        actor = copy.deepcopy(template)
+        actor.load_state_dict(load_file(path))
+        out[path.stem] = actor.eval()
+    return out
 
 
 def load_learner(directory: Path, c: LearnerConfig):
@@ -162,6 +195,8 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
             model.train(gradient_steps=c.gradient_steps, batch_size=c.batch_size)
         if n % c.sync_every == 0:
             updates.put(("weights", n, actor_weights(model)))
+        if c.snapshot_every and n % c.snapshot_every == 0:
+            save_snapshot(Path(directory), f"{n:09d}", model)
         if n % c.checkpoint_every == 0:
             save_learner(Path(directory), model, n, demos, c)
             updates.put(("checkpoint", n))

@@ -30,14 +30,15 @@ def evaluate_in_twin(policies: Sequence[Policy], robot: QuadrotorParams | str | 
                      start_jitter: float = 0.0, seed: int = 0) -> np.ndarray:
     """Fly every policy from ``start`` (world FLU m, at rest) for ``steps`` ticks in one batched sim
     with parameters ``robot`` (e.g. ``twin.calibrated_params()``). Returns errors (T, P, E): distance
-    to ``hover`` per tick, policy and env (``start_jitter``: m, uniform start spread per env)."""
+    to ``hover`` per tick, policy and env (``start_jitter``: m, uniform start spread per env, the same
+    ``envs_per_policy`` starts for every policy)."""
     if not policies:
         raise ValueError("no policies to evaluate")
     P, E = len(policies), int(envs_per_policy)
     params = ParamsBatch.from_params(make_robot(robot), P * E, dtype=torch.float64)
     sim = BatchedQuadrotorSim(params)
-    rng = np.random.default_rng(seed)
-    p0 = np.asarray(start, dtype=np.float64)[None] + rng.uniform(-start_jitter, start_jitter, (P * E, 3))
+    rng = np.random.default_rng(seed)  # the same E starts for every policy
+    p0 = np.asarray(start, dtype=np.float64)[None] + np.tile(rng.uniform(-start_jitter, start_jitter, (E, 3)), (P, 1))
     sim.reset(hover_state(params, torch.as_tensor(p0)))
     ref = torch.as_tensor(np.asarray(hover, dtype=np.float64)).expand(P * E, 3)
     prev = torch.full((P * E, 4), float(make_robot(robot).hover_action), dtype=torch.float64)

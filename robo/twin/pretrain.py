@@ -18,12 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
+from stable_baselines3.common.callbacks import BaseCallback
 
 from hardware.safety import SafetyConfig
 from policies.base import Policy
-from robo.real.learner import LearnerConfig, build_sac, save_learner
+from robo.real.learner import LearnerConfig, build_sac, load_snapshots, save_learner, save_snapshot
 from robo.real.robot_env import RobotEnv
 from robo.twin.runner import TwinFlight, fly_with_twin
+from robo.twin.select import best_in_twin
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from sims.envs import QuadrotorTaskConfig, QuadrotorVectorEnv, make_task_config
 from sims.quadrotor import QuadrotorParams
@@ -95,12 +97,17 @@ class TwinPretrainConfig:
     """steps: simulated env steps; num_envs: batched quadrotors; gradient_steps: SAC updates per batched
     step; learning_rate (the learner's other settings are the ``LearnerConfig``'s); task: the sim task
     (its reward is the ``RobotEnv``'s default, the same ``quadrotor_reward``); residual_scale: as
-    ``FinetuneConfig``'s."""
+    ``FinetuneConfig``'s. SAC's quality swings between checkpoints: with ``select_start`` (world FLU m,
+    the robot's episode start; ``select_hover`` its reference) every snapshot is scored in the twin
+    (``robo.twin.select``) and the learner continues from the best actor."""
 
     steps: int = 50_000
     num_envs: int = 16
     gradient_steps: int = 4  # per batched step of num_envs transitions
     learning_rate: float | None = None  # None: the LearnerConfig's
+    snapshot_every: int = 10_000  # sim steps between actor snapshots (snapshots/sim-<steps>)
+    select_start: tuple[float, float, float] | None = None  # score the snapshots from here in the twin, keep the best
+    select_hover: tuple[float, float, float] = (0.0, 0.0, 1.0)
     task: str | dict = "hover"
     residual_scale: float = 0.2
     seed: int = 0
@@ -140,7 +147,7 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
     """Learn the residual on ``base`` in a batched sim with ``params`` (the calibrated twin) and write
     the learner folder ``finetune`` resumes from. With ``safety`` (the robot's limits) a simulated
     episode ends, with the termination penalty, where the robot's safety layer would fault.
-    Returns {steps, wall_s, transitions}."""
+    Returns {steps, wall_s, transitions} (+ selected, scores with ``config.select_start``)."""
     c, lc = config or TwinPretrainConfig(), learner or LearnerConfig()
     if (Path(directory) / "latest").exists():
         raise FileExistsError(f"{directory} already holds a learner; pre-train into a new folder")
@@ -152,9 +159,29 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
     lr = lc.learning_rate if c.learning_rate is None else c.learning_rate
     model = build_sac(replace(lc, gradient_steps=c.gradient_steps, learning_rate=lr), env=env)
     t0 = time.monotonic()
-    model.learn(total_timesteps=c.steps, progress_bar=False)
+    model.learn(total_timesteps=c.steps, progress_bar=False, callback=_Snapshots(Path(directory), c.snapshot_every))
+    save_snapshot(Path(directory), f"sim-{model.num_timesteps:09d}", model)
+    out = {"steps": int(model.num_timesteps), "wall_s": time.monotonic() - t0}
+    if c.select_start is not None:
+        actors = {k: v for k, v in load_snapshots(Path(directory), lc).items() if k.startswith("sim-")}
+        best, scores = best_in_twin(base, actors, params, c.select_start, c.residual_scale, hover=c.select_hover)
+        model.actor.load_state_dict(actors[best].state_dict())
+        out.update(selected=best, scores=scores)
     model.replay_buffer = single_env_buffer(model.replay_buffer, c.num_envs)
     model.n_envs = 1
     save_learner(Path(directory), model, 0, [], lc)
-    return {"steps": int(model.num_timesteps), "wall_s": time.monotonic() - t0,
-            "transitions": int(model.replay_buffer.pos)}
+    return {**out, "transitions": int(model.replay_buffer.pos)}
+
+
+class _Snapshots(BaseCallback):
+    """Save the actor every ``every`` env steps as ``snapshots/sim-<steps>``."""
+
+    def __init__(self, directory: Path, every: int):
+        super().__init__()
+        self.directory, self.every, self.saved = directory, int(every), 0
+
+    def _on_step(self) -> bool:
+        if self.every > 0 and self.num_timesteps // self.every > self.saved:
+            self.saved = self.num_timesteps // self.every
+            save_snapshot(self.directory, f"sim-{self.num_timesteps:09d}", self.model)
+        return True

@@ -10,11 +10,11 @@ from hardware.drivers.base import RobotError
 from policies.foundation import load_raptor
 from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune
-from robo.real.learner import LATEST, LearnerConfig, load_learner
+from robo.real.learner import LATEST, LearnerConfig, load_learner, load_snapshots
 from robo.twin import StandInConfig, perturbed, stand_in, stand_in_robot
 
 START = (0.2, -0.2, 1.1)
-LEARNER = {"learning_starts": 20, "batch_size": 16, "sync_every": 10, "checkpoint_every": 20}
+LEARNER = {"learning_starts": 20, "batch_size": 16, "sync_every": 10, "checkpoint_every": 20, "snapshot_every": 30}
 
 
 @pytest.fixture
@@ -54,6 +54,7 @@ def test_learner_survives_a_kill_and_resumes(env, tmp_path):
     again = finetune(env, ResidualAdapter(load_raptor(), 0.2), tmp_path, cfg)
     assert again["start_step"] == 90 and again["steps"] == 90 and again["episodes"] == 0
     assert (tmp_path / LATEST / "sb3.zip").exists() and not list(tmp_path.glob(".*tmp*"))
+    assert sorted(load_snapshots(tmp_path, LearnerConfig(**LEARNER))) == ["000000030", "000000060", "000000090"]
 
 
 def test_fly_back_calls_the_person_when_the_robot_cannot_arm():

@@ -6,9 +6,10 @@ import torch
 
 from hardware.safety import SafetyConfig
 from policies.foundation import load_raptor
-from robo.real.learner import LearnerConfig, load_learner
+from robo.real.learner import LearnerConfig, build_sac, load_learner, load_snapshots
 from robo.twin import evaluate_in_twin, hover_scores, perturbed
 from robo.twin.pretrain import TwinPretrainConfig, pretrain_in_twin, safe_task, single_env_buffer
+from robo.twin.select import best_in_twin
 from sims.envs import make_robot
 
 LEARNER = LearnerConfig(learning_starts=100, batch_size=64)
@@ -56,12 +57,23 @@ def test_pretraining_in_the_twin_beats_the_base_and_leaves_a_resumable_learner(t
     heavy = make_robot(perturbed("crazyflie", 1.3, 1.0))
     base = WeakBase()
     cfg = TwinPretrainConfig(steps=6000, num_envs=16, residual_scale=0.5, gradient_steps=2,
-                             task={"name": "hover", "episode_seconds": 2.0})
+                             task={"name": "hover", "episode_seconds": 2.0}, snapshot_every=2000,
+                             select_start=(0.0, 0.0, 1.0))
     torch.manual_seed(0)
     out = pretrain_in_twin(base, heavy, tmp_path, cfg, LEARNER, SafetyConfig())
     assert out["steps"] == 6000 and out["transitions"] == 6000
     model, held, _ = load_learner(tmp_path, LEARNER)
     assert held == 0 and model.replay_buffer.n_envs == 1 and model.replay_buffer.size() == 6000
+    # snapshots every 2000 steps; the learner continues from the one the twin scored best
+    snaps = load_snapshots(tmp_path, LEARNER)
+    assert sorted(snaps) == ["sim-000002000", "sim-000004000", "sim-000006000"] == sorted(out["scores"])
+    assert out["selected"] == min(out["scores"], key=out["scores"].get)
+    for k, v in snaps[out["selected"]].state_dict().items():
+        torch.testing.assert_close(model.actor.state_dict()[k], v)
+    # a zero residual (the base alone) scores worse in the twin than the selected actor
+    best, scores = best_in_twin(base, {"zero": build_sac(LEARNER).actor, "pretrained": model.actor}, heavy,
+                                (0.0, 0.0, 1.0), 0.5)
+    assert best == "pretrained" and scores["zero"] > scores["pretrained"]
 
     class Tuned:
         def reset(self, mask=None):
