@@ -11,11 +11,13 @@ scale 1.1), sensor noise and latency, reached only through PX4Robot over loopbac
 3. Fine-tuning (``--finetune``): a SAC residual on a base policy (``--base``: ``raptor`` or a checkpoint
    folder, e.g. the ``make run`` policy trained on the nominal Crazyflie) on a Crazyflie 30 % heavier
    (thrust nominal), learner in another process. ``--twin-pretrain N`` first identifies the robot
-   (1000 real steps) and pre-trains the learner for N steps in the calibrated twin. Tracking error of
-   base / twin-pretrained / fine-tuned from the same hand-placed starts, real steps, safety faults.
+   (1000 real steps) and pre-trains the learner for N steps in the calibrated twin (continuing from
+   the snapshot the twin scores best). Tracking error of base / twin-pretrained / fine-tuned (last)
+   / fine-tuned (the robot phase's snapshot the twin scores best) from the same hand-placed starts,
+   real steps, safety faults.
 
     nice -n 10 .venv/bin/python benchmarks/twin.py
-    nice -n 10 .venv/bin/python benchmarks/twin.py --skip-twin --finetune 2000 --twin-pretrain 30000 \
+    nice -n 10 .venv/bin/python benchmarks/twin.py --skip-twin --finetune 5000 --twin-pretrain 60000 \
         --residual-scale 0.5 --learner learning_rate=0.0001 gradient_steps=1 --base <nominal policy folder>
 """
 

@@ -24,9 +24,9 @@ from hardware.safety import SafetyConfig
 from policies.base import Policy
 from robo.real.learner import LearnerConfig, build_sac, load_snapshots, save_learner, save_snapshot
 from robo.real.robot_env import RobotEnv
+from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.twin.runner import TwinFlight, fly_with_twin
 from robo.twin.select import best_in_twin
-from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from sims.envs import QuadrotorTaskConfig, QuadrotorVectorEnv, make_task_config
 from sims.quadrotor import QuadrotorParams
 from sims.twin import DigitalTwin, TwinConfig
