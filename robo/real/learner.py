@@ -25,6 +25,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from policies.checkpoint import atomic_directory
 
@@ -36,7 +38,9 @@ class LearnerConfig:
     """SAC settings (SB3 ``SAC`` keyword arguments where named alike); sync_every / checkpoint_every /
     snapshot_every in transitions; log_std_init: initial log std of the learner's actions (small:
     gentle exploration). Snapshots (``snapshots/<n>.safetensors``, the actor alone) are what
-    ``robo.twin.select`` scores in the calibrated twin to pick the actor to deploy."""
+    ``robo.twin.select`` scores in the calibrated twin to pick the actor to deploy. prior_ratio: with
+    prior data in the replay buffer (``MixedReplayBuffer``, e.g. from ``robo.twin.pretrain``), the
+    share of every batch drawn from it (RLPD / SERL use 0.5); None samples both in proportion to size."""
 
     learning_rate: float = 1e-3
     batch_size: int = 128
@@ -50,6 +54,7 @@ class LearnerConfig:
     sync_every: int = 50
     checkpoint_every: int = 200
     snapshot_every: int = 0  # keep the actor every this many transitions in snapshots/ (0: never)
+    prior_ratio: float | None = None  # share of each batch from prior data (e.g. the twin's); None: by size
     seed: int = 0
     obs_dim: int = 22
     action_dim: int = 4
@@ -60,6 +65,30 @@ class LearnerConfig:
                 raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
         if self.learning_starts < 0 or self.gradient_steps < 0:
             raise ValueError("learning_starts and gradient_steps must be >= 0")
+        if self.prior_ratio is not None and not 0.0 <= self.prior_ratio <= 1.0:
+            raise ValueError(f"prior_ratio must be in [0, 1] or null, got {self.prior_ratio}")
+
+
+class MixedReplayBuffer(ReplayBuffer):
+    """SB3's ``ReplayBuffer`` for the robot's transitions plus a fixed ``prior`` buffer (e.g. the twin's
+    simulated transitions): each batch takes ``prior_ratio`` of its rows from the prior (RLPD's
+    symmetric sampling), or, with ``prior_ratio=None``, rows in proportion to the two sizes."""
+
+    def __init__(self, buffer_size: int, observation_space, action_space, prior: ReplayBuffer | None = None,
+                 prior_ratio: float | None = None, **kwargs):
+        super().__init__(buffer_size, observation_space, action_space, **kwargs)
+        self.prior, self.prior_ratio = prior, prior_ratio
+
+    def sample(self, batch_size: int, env=None) -> ReplayBufferSamples:
+        n_prior = 0 if self.prior is None else self.prior.size()
+        if n_prior == 0:
+            return super().sample(batch_size, env)
+        if self.size() == 0:
+            return self.prior.sample(batch_size, env)
+        share = n_prior / (n_prior + self.size()) if self.prior_ratio is None else self.prior_ratio
+        k = int(round(batch_size * share))
+        parts = [b.sample(n, env) for b, n in ((self.prior, k), (super(), batch_size - k)) if n > 0]
+        return ReplayBufferSamples(*(None if f[0] is None else torch.cat(f) for f in zip(*parts)))  # e.g. discounts
 
 
 class SpacesEnv(gym.Env):
@@ -166,6 +195,8 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
     c = LearnerConfig(**config)
     model, n, demos = load_learner(Path(directory), c)
     model.set_logger(configure(None, []))
+    if isinstance(model.replay_buffer, MixedReplayBuffer):
+        model.replay_buffer.prior_ratio = c.prior_ratio  # this config's share
     model._current_progress_remaining = 1.0
     updates.put(("ready", n))
     updates.put(("weights", n, actor_weights(model)))

@@ -4,7 +4,8 @@
 learner explores on the hardware: early on its random residual tilts the robot into safety faults.
 With the twin's identified parameters (``DigitalTwin.calibrated_params()``) the same residual can
 first be learned in robo's batched simulator, where steps are cheap and faults harmless; the
-learner folder it writes (actor, critic and the simulated transitions, as one-env replay data)
+learner folder it writes (actor, critic and the simulated transitions, as the prior data of a
+``MixedReplayBuffer``)
 is what ``finetune`` then resumes from on the robot, to close the rest of the gap (latency,
 sensor noise, what the twin does not model). Real steps counted by ``finetune`` start at 0.
 """
@@ -18,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
+from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 
 from hardware.safety import SafetyConfig
 from policies.base import Policy
-from robo.real.learner import LearnerConfig, build_sac, load_snapshots, save_learner, save_snapshot
+from robo.real.learner import (LearnerConfig, MixedReplayBuffer, build_sac, load_snapshots, save_learner,
+                               save_snapshot)
 from robo.real.robot_env import RobotEnv
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.twin.runner import TwinFlight, fly_with_twin
@@ -120,8 +123,6 @@ class TwinPretrainConfig:
 def single_env_buffer(buffer, n_envs: int):
     """The first ``pos`` rows of an SB3 ``ReplayBuffer`` of ``n_envs`` envs as a one-env buffer (the real
     learner adds one transition at a time). Returns a new buffer of the same capacity in transitions."""
-    from stable_baselines3.common.buffers import ReplayBuffer
-
     n = (buffer.buffer_size if buffer.full else buffer.pos) * n_envs
     out = ReplayBuffer(max(buffer.buffer_size * n_envs, n + 1), buffer.observation_space, buffer.action_space,
                        device="cpu", n_envs=1)
@@ -167,10 +168,12 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
         best, scores = best_in_twin(base, actors, params, c.select_start, c.residual_scale, hover=c.select_hover)
         model.actor.load_state_dict(actors[best].state_dict())
         out.update(selected=best, scores=scores)
-    model.replay_buffer = single_env_buffer(model.replay_buffer, c.num_envs)
+    prior = single_env_buffer(model.replay_buffer, c.num_envs)
+    model.replay_buffer = MixedReplayBuffer(1_000_000, prior.observation_space, prior.action_space, prior=prior,
+                                            prior_ratio=lc.prior_ratio, device="cpu")
     model.n_envs = 1
     save_learner(Path(directory), model, 0, [], lc)
-    return {**out, "transitions": int(model.replay_buffer.pos)}
+    return {**out, "transitions": int(prior.size())}
 
 
 class _Snapshots(BaseCallback):

@@ -6,7 +6,7 @@ import torch
 
 from hardware.safety import SafetyConfig
 from policies.foundation import load_raptor
-from robo.real.learner import LearnerConfig, build_sac, load_learner, load_snapshots
+from robo.real.learner import LearnerConfig, MixedReplayBuffer, build_sac, load_learner, load_snapshots
 from robo.twin import evaluate_in_twin, hover_scores, perturbed
 from robo.twin.pretrain import TwinPretrainConfig, pretrain_in_twin, safe_task, single_env_buffer
 from robo.twin.select import best_in_twin
@@ -44,6 +44,25 @@ def test_single_env_buffer_keeps_every_transition_in_order():
     np.testing.assert_array_equal(one.next_observations[:20, 0], buf.next_observations[:5].reshape(20, 3))
 
 
+def test_mixed_buffer_draws_the_prior_share_of_every_batch():
+    from gymnasium.spaces import Box
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    space = Box(-1, 1, (1,))
+    prior = ReplayBuffer(1000, space, space, device="cpu")
+    for _ in range(900):  # prior rows carry reward 1, the robot's rows reward 0
+        prior.add(np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1), np.zeros(1), [{}])
+    mixed = MixedReplayBuffer(1000, space, space, prior=prior, prior_ratio=0.5, device="cpu")
+    assert mixed.sample(64).rewards.mean() == 1.0  # no robot data yet: all prior
+    for _ in range(100):
+        mixed.add(np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), [{}])
+    assert mixed.sample(64).rewards.mean() == 0.5  # 32 + 32
+    mixed.prior_ratio = None  # in proportion to the sizes: 900 / 1000
+    assert mixed.sample(100).rewards.mean() == 0.9
+    with pytest.raises(ValueError, match="prior_ratio"):
+        LearnerConfig(prior_ratio=1.5)
+
+
 def test_safe_task_ends_episodes_at_the_safety_limits():
     t = safe_task("hover", SafetyConfig(max_tilt_deg=50.0, max_body_rate=15.0))
     assert t.termination.tilt_deg == 50.0 and t.termination.angular_velocity == 15.0
@@ -63,7 +82,9 @@ def test_pretraining_in_the_twin_beats_the_base_and_leaves_a_resumable_learner(t
     out = pretrain_in_twin(base, heavy, tmp_path, cfg, LEARNER, SafetyConfig())
     assert out["steps"] == 6000 and out["transitions"] == 6000
     model, held, _ = load_learner(tmp_path, LEARNER)
-    assert held == 0 and model.replay_buffer.n_envs == 1 and model.replay_buffer.size() == 6000
+    buf = model.replay_buffer  # the twin's transitions are the prior data; the robot's buffer starts empty
+    assert held == 0 and isinstance(buf, MixedReplayBuffer) and buf.size() == 0 and buf.prior.size() == 6000
+    assert buf.prior.n_envs == 1 and buf.sample(32).observations.shape == (32, 22)
     # snapshots every 2000 steps; the learner continues from the one the twin scored best
     snaps = load_snapshots(tmp_path, LEARNER)
     assert sorted(snaps) == ["sim-000002000", "sim-000004000", "sim-000006000"] == sorted(out["scores"])
