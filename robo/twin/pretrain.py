@@ -63,13 +63,12 @@ def identify(env: RobotEnv, policy: Policy, nominal: str | dict, steps: int = 10
 
 class ResidualVecEnv(VectorEnv):
     """``venv`` whose (N, 4) actions u in [-1, 1] become ``clip(base(obs) + scale * u, -1, 1)``
-    (``robo.real.finetune.ResidualAdapter``, batched). The base is reset where episodes end.
-    ``penalty``: the reward loses ``penalty * |u|^2`` (keeps the residual small where it does not help)."""
+    (``robo.real.finetune.ResidualAdapter``, batched). The base is reset where episodes end."""
 
-    def __init__(self, venv: VectorEnv, base: Policy, scale: float, penalty: float = 0.0):
+    def __init__(self, venv: VectorEnv, base: Policy, scale: float):
         if not scale > 0:
             raise ValueError(f"residual scale must be > 0, got {scale}")
-        self.venv, self.base, self.scale, self.penalty = venv, base, float(scale), float(penalty)
+        self.venv, self.base, self.scale = venv, base, float(scale)
         self.num_envs = venv.num_envs
         self.metadata = venv.metadata
         self.single_observation_space, self.observation_space = venv.single_observation_space, venv.observation_space
@@ -86,7 +85,6 @@ class ResidualVecEnv(VectorEnv):
         u = np.asarray(actions, dtype=np.float32).reshape(self.num_envs, -1)
         base = np.asarray(torch.as_tensor(self.base.act(torch.as_tensor(self._obs))), dtype=np.float32)
         obs, reward, terminated, truncated, info = self.venv.step(np.clip(base + self.scale * u, -1.0, 1.0))
-        reward = reward - self.penalty * (u ** 2).sum(-1)
         done = terminated | truncated
         if done.any():
             self.base.reset(torch.as_tensor(done))
