@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
+import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from robo.twin.select import best_in_twin
 from robo.twin.standin import StandInConfig, stand_in
 
 log = logging.getLogger(__name__)
+IDENTIFIED = "identified_robot.json"  # the twin's calibrated robot (preset, mass, thrust curve), kept for resumes
 
 
 @contextlib.contextmanager
@@ -74,21 +76,23 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
         before = evaluate()
         pre, lc, folder = c["twin_pretrain"], LearnerConfig(**c["learner"]), run_dir / "checkpoints"
-        pretrained, params = {}, None
+        pretrained, params, identified = {}, None, run_dir / IDENTIFIED
         if int(pre["steps"]) > 0 and not (folder / LATEST).exists():
             params = _pretrain(env, reset, adapter.base, folder, c, start)
-            # the reward's hover command (and the first observation's action) from the identified robot
-            env = RobotEnv(robot, replace(env.config, robot={"preset": pre["nominal"], "mass": params.mass,
-                                                             "thrust_curve": list(params.thrust_curve)}))
+            write_json(identified, {"preset": pre["nominal"], "mass": params.mass,
+                                    "thrust_curve": np.asarray(params.thrust_curve).tolist()})
             pretrained_actor = load_finetuned_actor(folder, lc)
             pretrained = {"identified_mass": params.mass, "sim_steps": int(pre["steps"]),
                           "tracking_error_pretrained": float(np.mean([r["mean_error"] for r in
                                                                       evaluate(pretrained_actor)]))}
+        if identified.exists():  # the reward's hover command and the first observation's action from the twin
+            entry = json.loads(identified.read_text())
+            env = RobotEnv(robot, replace(env.config, robot=entry))
         summary = finetune(env, adapter, folder,
                            FinetuneConfig(total_steps=int(c["total_steps"]), residual_scale=float(c["residual_scale"]),
                                           seed=int(c["seed"]), learner=dict(c["learner"])), reset=reset)
         actor = load_finetuned_actor(folder, lc)
-        if params is not None and lc.snapshot_every > 0:  # deploy the actor the twin scores best (Real-is-Sim)
+        if pretrained and lc.snapshot_every > 0:  # deploy the actor the twin scores best (Real-is-Sim)
             candidates = {"pretrained": pretrained_actor, **{k: v for k, v in load_snapshots(folder, lc).items()
                                                             if not k.startswith("sim-")}}
             best, scores = best_in_twin(adapter.base, candidates, params, start, float(c["residual_scale"]),

@@ -122,3 +122,28 @@ def test_finetune_cli_config_composes_and_rejects_a_bad_driver(tmp_path):
     with pytest.raises(ValueError, match="only 'px4'"):
         with open_robot({"driver": "crazyflie"}):
             pass
+
+
+@pytest.mark.slow  # two learner processes, identification and twin pre-training: ~1-2 min
+def test_finetune_cli_with_twin_pretraining_identifies_deploys_and_resumes(tmp_path):
+    """``robo finetune twin_pretrain.steps=N`` identifies the stand-in's mass, pre-trains in the twin,
+    deploys the actor the twin scores best, and a resume keeps the identified robot."""
+    import json
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "robo", "finetune", "base=raptor", "residual_scale=0.5", "reset=prompt",
+            "eval_episodes=1", "twin_pretrain.steps=2000", "twin_pretrain.snapshot_every=1000",
+            "learner.snapshot_every=100", f"hydra.run.dir={tmp_path}/run"]
+    r = subprocess.run(args + ["total_steps=200"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["identified_mass"] == pytest.approx(0.03978, rel=0.05)  # the stand-in's hidden mass
+    assert m["sim_steps"] == 2000 and m["deployed_actor"] in ("pretrained", "000000100", "000000200")
+    identified = json.loads((tmp_path / "run" / "identified_robot.json").read_text())
+    r = subprocess.run(args + ["total_steps=300", f"resume={tmp_path}/run"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["real_steps"] == 300 and "identified_mass" not in m  # no second identification on resume
+    assert json.loads((tmp_path / "run" / "identified_robot.json").read_text()) == identified
