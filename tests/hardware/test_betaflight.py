@@ -227,6 +227,9 @@ def test_sitl_bridge_closed_loop_hover_and_rejections():
         level = np.array([1.0, 0, 0, 0])
         bridge.send_command(0.0, AttitudeThrustCommand(level, 0.0), armed=True)  # arm with throttle low
         assert wait_for(lambda: peer.armed)
+        # RC and state arrive on separate sockets; let the firmware see hover throttle before the first state
+        bridge.send_command(params.dt / 2, AttitudeThrustCommand(level, hover), armed=True)
+        assert wait_for(lambda: peer.channels[2] > 1050)
         for k in range(200):  # 2 s lockstep: state -> firmware -> motors -> physics
             t = (k + 1) * params.dt
             bridge.send_command(t, AttitudeThrustCommand(level, hover), armed=True)
