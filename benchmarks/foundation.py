@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--run-dir", type=Path, default=Path("runs/foundation_bench"))
     ap.add_argument("--teachers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=60_000, help="env steps per teacher")
+    ap.add_argument("--eval-every", type=int, default=50_000, help="teacher evaluations (the best one is kept)")
     ap.add_argument("--counts", type=int, nargs="+", default=[2, 4], help="teachers per GRU student")
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--address", default=None, help="'auto' to join a running Ray cluster")
@@ -49,7 +50,8 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = FoundationRunConfig.from_dict({
         "teachers": args.teachers,
-        "teacher": {"total_steps": args.steps, "eval_every": args.steps, "checkpoint_every": max(args.steps // 2, 1),
+        "teacher": {"total_steps": args.steps, "eval_every": min(args.eval_every, args.steps),
+                    "checkpoint_every": max(args.steps // 2, 1),
                     "eval_envs": 32},
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs},

@@ -75,8 +75,10 @@ def teacher_specs(cfg: FoundationRunConfig, run_dir: Path) -> list[dict]:
 
 
 def train_teacher(spec: dict) -> dict:
-    """Train (or resume) one teacher; returns its manifest fields. Runs inside a Ray worker."""
-    from robo.rl.trainer import LATEST, Trainer
+    """Train (or resume) one teacher; returns its manifest fields. Runs inside a Ray worker. The
+    teacher is the best-evaluated actor (``checkpoints/best``: SAC's quality drifts between
+    evaluations, and a later actor is often worse), its score that evaluation's metrics."""
+    from robo.rl.trainer import BEST, LATEST, Trainer
 
     torch.set_num_threads(1)
     folder = Path(spec["dir"])
@@ -88,7 +90,9 @@ def train_teacher(spec: dict) -> dict:
     trainer = Trainer(spec["config"], folder)
     final = trainer.train(resume=resumed_from > 0, progress=False)
     write_json(folder / "eval_history.json", trainer.history)
-    return {"checkpoint": str(latest / "policy"), "score": {k: float(v) for k, v in final.items()},
+    best = folder / "checkpoints" / BEST
+    chosen, score = (best, trainer.best) if trainer.best is not None and (best / "policy").exists() else (latest, final)
+    return {"checkpoint": str(chosen / "policy"), "score": {k: float(v) for k, v in score.items()},
             "wall_s": time.time() - t0, "resumed_from_step": resumed_from}
 
 
