@@ -54,20 +54,17 @@ BIASES = (-0.10, -0.05, 0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
 
 
 class Perturbed:
-    """A policy with a collective bias and Gaussian action noise (a cheap quality ladder)."""
+    """RAPTOR with a collective bias (a cheap quality ladder)."""
 
-    def __init__(self, bias: float = 0.0, noise: float = 0.0, seed: int = 0):
-        self.base, self.bias, self.noise = load_raptor(), bias, noise
-        self.rng = np.random.default_rng(seed)
+    def __init__(self, bias: float = 0.0):
+        self.base, self.bias = load_raptor(), bias
         self.obs_dim, self.action_dim = 22, 4
 
     def reset(self, mask=None):
         self.base.reset(mask)
 
     def act(self, obs):
-        a = torch.as_tensor(self.base.act(torch.as_tensor(obs, dtype=torch.float32)))
-        a = a + self.bias + torch.as_tensor(self.rng.normal(0, self.noise, tuple(a.shape)), dtype=a.dtype)
-        a = a.clamp(-1, 1)
+        a = (torch.as_tensor(self.base.act(torch.as_tensor(obs, dtype=torch.float32))) + self.bias).clamp(-1, 1)
         return a.numpy() if isinstance(obs, np.ndarray) else a
 
 

@@ -9,7 +9,7 @@ from policies.foundation import load_raptor
 from robo.real.learner import LearnerConfig, MixedReplayBuffer, build_sac, load_learner, load_snapshots
 from robo.twin import evaluate_in_twin, hover_scores, perturbed
 from robo.twin.pretrain import TwinPretrainConfig, pretrain_in_twin, safe_task, single_env_buffer
-from robo.twin.select import best_in_twin
+from robo.twin.select import ResidualPolicy, best_in_twin
 from sims.envs import make_robot
 
 LEARNER = LearnerConfig(learning_starts=100, batch_size=64)
@@ -96,16 +96,7 @@ def test_pretraining_in_the_twin_beats_the_base_and_leaves_a_resumable_learner(t
                                 (0.0, 0.0, 1.0), 0.5)
     assert best == "pretrained" and scores["zero"] > scores["pretrained"]
 
-    class Tuned:
-        def reset(self, mask=None):
-            pass
-
-        @torch.no_grad()
-        def act(self, obs):
-            o = torch.as_tensor(obs, dtype=torch.float32)
-            return (torch.as_tensor(base.act(o)) + 0.5 * model.actor(o, deterministic=True)).clamp(-1, 1)
-
-    errors = evaluate_in_twin([base, Tuned()], heavy, (0.0, 0.0, 1.0), steps=200, envs_per_policy=8,
+    errors = evaluate_in_twin([base, ResidualPolicy(base, model.actor, 0.5)], heavy, (0.0, 0.0, 1.0), steps=200, envs_per_policy=8,
                               start_jitter=0.1)
     before, after = (hover_scores(errors[:, i])["final_error"].mean() for i in range(2))
     assert before > 0.5 and after < 0.5 * before, (before, after)
