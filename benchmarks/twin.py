@@ -35,6 +35,7 @@ import yaml
 
 from policies.foundation import load_raptor
 from policies.registry import load_policy
+from robo.foundation.teachers import robot_entry
 from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import (FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode,
                                load_finetuned_actor)
@@ -190,8 +191,7 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
             rows += pre_rows
             actors["twin-pretrained"] = load_finetuned_actor(d, learner)
             # the reward's hover command (and the first observation's action) from the identified robot
-            env = RobotEnv(robot, replace(env.config, robot={"preset": "crazyflie", "mass": identified.mass,
-                                                             "thrust_curve": list(identified.thrust_curve)}))
+            env = RobotEnv(robot, replace(env.config, robot=robot_entry(identified, "crazyflie")))
         s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale, seed=seed,
                                                      learner=asdict(learner)), reset=reset)
         train_faults, train_wall = _faults(robot), time.monotonic() - t0

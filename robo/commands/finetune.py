@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from hardware.drivers.px4 import PX4Robot
 from hardware.safety import SafetyConfig, SafetyLayer
 from robo.factory import make_policy
+from robo.foundation.teachers import robot_entry
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode, \
     load_finetuned_actor
 from robo.real.learner import LATEST, LearnerConfig, load_snapshots
@@ -79,8 +80,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         pretrained, params, identified = {}, None, run_dir / IDENTIFIED
         if int(pre["steps"]) > 0 and not (folder / LATEST).exists():
             params = _pretrain(env, reset, adapter.base, folder, c, start)
-            write_json(identified, {"preset": pre["nominal"], "mass": params.mass,
-                                    "thrust_curve": np.asarray(params.thrust_curve).tolist()})
+            write_json(identified, robot_entry(params, pre["nominal"]))
             pretrained_actor = load_finetuned_actor(folder, lc)
             pretrained = {"identified_mass": params.mass, "sim_steps": int(pre["steps"]),
                           "tracking_error_pretrained": float(np.mean([r["mean_error"] for r in

@@ -161,7 +161,6 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
     model = build_sac(replace(lc, gradient_steps=c.gradient_steps, learning_rate=lr), env=env)
     t0 = time.monotonic()
     model.learn(total_timesteps=c.steps, progress_bar=False, callback=_Snapshots(Path(directory), c.snapshot_every))
-    save_snapshot(Path(directory), f"sim-{model.num_timesteps:09d}", model)
     out = {"steps": int(model.num_timesteps), "wall_s": time.monotonic() - t0}
     if c.select_start is not None:
         actors = {k: v for k, v in load_snapshots(Path(directory), lc).items() if k.startswith("sim-")}
@@ -177,14 +176,23 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
 
 
 class _Snapshots(BaseCallback):
-    """Save the actor every ``every`` env steps as ``snapshots/sim-<steps>``."""
+    """Save the actor every ``every`` env steps and at the end as ``snapshots/sim-<steps>``."""
 
     def __init__(self, directory: Path, every: int):
         super().__init__()
         self.directory, self.every, self.saved = directory, int(every), 0
+        self.last = -1  # env step of the newest snapshot
+
+    def _save(self) -> None:
+        save_snapshot(self.directory, f"sim-{self.num_timesteps:09d}", self.model)
+        self.last = self.num_timesteps
 
     def _on_step(self) -> bool:
         if self.every > 0 and self.num_timesteps // self.every > self.saved:
             self.saved = self.num_timesteps // self.every
-            save_snapshot(self.directory, f"sim-{self.num_timesteps:09d}", self.model)
+            self._save()
         return True
+
+    def _on_training_end(self) -> None:
+        if self.last != self.num_timesteps:  # the final actor, unless just saved
+            self._save()
