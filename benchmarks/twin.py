@@ -123,6 +123,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="fine-tuning seed (learner, twin, hand resets)")
     ap.add_argument("--twin-pretrain", type=int, default=0, metavar="STEPS",
                     help="identify the robot, then pre-train the residual for STEPS in the calibrated twin")
+    ap.add_argument("--gate", type=float, default=None, metavar="TOLERANCE",
+                    help="with --twin-pretrain: only actors the calibrated twin scores within TOLERANCE "
+                         "(a fraction) of the best so far fly on the robot (robo.twin.select.TwinGate)")
     ap.add_argument("--learner", nargs="*", default=[], metavar="KEY=VALUE",
                     help="LearnerConfig fields, e.g. log_std_init=-2 gradient_steps=2")
     args = ap.parse_args()
@@ -131,7 +134,7 @@ def main() -> None:
     if args.finetune:
         learner = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.learner)}
         rows += run_finetune(args.finetune, args.base, args.ft_episodes, args.residual_scale, learner,
-                             args.twin_pretrain, args.reset, args.seed)
+                             args.twin_pretrain, args.reset, args.seed, gate=args.gate)
     w = max(len(r[0]) for r in rows)
     v = max(len(r[1]) for r in rows)
     print(f"{'measure':<{w}}  {'value':<{v}}  note\n" + "-" * (w + v + 40))
@@ -169,7 +172,7 @@ def twin_rows(args) -> list[tuple[str, str, str]]:
 
 def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_scale: float = 0.2,
                  learner: dict | None = None, twin_steps: int = 0, reset_mode: str = "hand", seed: int = 0,
-                 id_steps: int = 1000, reset_steps: int = 300) -> list[tuple[str, str, str]]:
+                 id_steps: int = 1000, reset_steps: int = 300, gate: float | None = None) -> list[tuple[str, str, str]]:
     learner = LearnerConfig(**{"learning_starts": 200, "batch_size": 128, "sync_every": 25, "checkpoint_every": 200,
                                "gradient_steps": 4, "snapshot_every": 500, "seed": seed, **(learner or {})})  # UTD 4
     cfg = StandInConfig(robot=perturbed("crazyflie", MASS_SCALE, 1.0), initial_position=START)
@@ -192,9 +195,15 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
             actors["twin-pretrained"] = load_finetuned_actor(d, learner)
             # the reward's hover command (and the first observation's action) from the identified robot
             env = RobotEnv(robot, replace(env.config, robot=robot_entry(identified, "crazyflie")))
+            if gate is not None:
+                learner = replace(learner, twin_gate={"base": base, "robot": robot_entry(identified, "crazyflie"),
+                                                      "start": START, "scale": residual_scale, "tolerance": gate})
         s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale, seed=seed,
                                                      learner=asdict(learner)), reset=reset)
         train_faults, train_wall = _faults(robot), time.monotonic() - t0
+        if s["gate"]:
+            rows.append(("ft: twin gate", f"{sum(a for _, _, a in s['gate'])} of {len(s['gate'])} admitted",
+                         " ".join(f"{n}:{x:.3f}{'' if a else 'x'}" for n, x, a in s["gate"])))
         put_back = reset.fallbacks if isinstance(reset, FlyBack) else s["episodes"]
         actors["fine-tuned, last"] = load_finetuned_actor(d, learner)
         if twin_steps:  # Real-is-Sim: score the pre-trained actor and the robot phase's snapshots in the twin

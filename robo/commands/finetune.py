@@ -63,6 +63,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(c["resume"]) if c.get("resume") else run_dir
     write_resolved_config(run_dir, cfg)
     start = tuple(c["real_robot"].get("standin", {}).get("initial_position", c["hover_position"]))
+    gate = c["twin_gate"]
+    if gate["tolerance"] is not None and int(c["twin_pretrain"]["steps"]) <= 0:
+        raise ValueError("twin_gate.tolerance needs the twin: set twin_pretrain.steps > 0 (it identifies the robot)")
     with open_robot(c["real_robot"]) as (robot, person):
         env = RobotEnv(robot, RobotEnvConfig(hover_position=tuple(c["hover_position"]),
                                              max_steps=int(c["episode_steps"]), control_period=0.0))
@@ -88,6 +91,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         if identified.exists():  # the reward's hover command and the first observation's action from the twin
             entry = json.loads(identified.read_text())
             env = RobotEnv(robot, replace(env.config, robot=entry))
+            if gate["tolerance"] is not None:
+                c["learner"]["twin_gate"] = {"base": c["base"], "robot": entry, "start": start,
+                                             "hover": tuple(c["hover_position"]), "scale": float(c["residual_scale"]),
+                                             "tolerance": float(gate["tolerance"]), "every": int(gate["every"])}
         summary = finetune(env, adapter, folder,
                            FinetuneConfig(total_steps=int(c["total_steps"]), residual_scale=float(c["residual_scale"]),
                                           seed=int(c["seed"]), learner=dict(c["learner"])), reset=reset)
@@ -107,7 +114,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
               "final_error_before": float(np.mean([b["final_error"] for b in before])),
               "final_error_after": float(np.mean([a["final_error"] for a in after])),
               "interventions": summary["interventions"], "learner_restarts": summary["learner_restarts"],
-              "safety_faults": len(events)}
+              "safety_faults": len(events),
+              "gate_checks": len(summary["gate"]), "gate_admitted": sum(a for _, _, a in summary["gate"])}
     result.update(pretrained)
     write_json(run_dir / "metrics.json", result)
     return result

@@ -180,8 +180,9 @@ class _Learner:
         self.process.terminate()
         self.process.join(timeout=10.0)
 
-    def stop(self, timeout: float) -> int:
-        """Ask the learner to checkpoint and exit; returns the transitions it holds."""
+    def stop(self, timeout: float, on_message: Callable[[tuple], None] | None = None) -> int:
+        """Ask the learner to checkpoint and exit; returns the transitions it holds. Messages it sends
+        meanwhile go to ``on_message``."""
         self.transitions.put(("stop",))
         deadline = time.monotonic() + timeout
         while True:
@@ -200,6 +201,8 @@ class _Learner:
             if msg[0] == "stopped":
                 self.process.join(timeout=10.0)
                 return int(msg[1])
+            if on_message is not None:
+                on_message(msg)
 
 
 @torch.no_grad()
@@ -226,7 +229,8 @@ def _run_actor(env: RobotEnv, adapter: ActionAdapter, learner: _Learner, step: i
                intervention: Intervention | None, on_step) -> dict:
     actor = build_sac(learner.config).actor
     pending: dict[int, tuple] = {}
-    summary = {"episodes": 0, "interventions": 0, "safety_faults": 0, "returns": [], "start_step": step}
+    summary = {"episodes": 0, "interventions": 0, "safety_faults": 0, "returns": [], "start_step": step,
+               "gate": []}
     while step < c.total_steps:
         if reset is not None:
             reset(env)
@@ -234,7 +238,7 @@ def _run_actor(env: RobotEnv, adapter: ActionAdapter, learner: _Learner, step: i
         adapter.reset()
         ret, done = 0.0, False
         while not done and step < c.total_steps:
-            _sync(learner, actor, pending, c)
+            _sync(learner, actor, pending, c, summary)
             u = actor(torch.as_tensor(obs)[None], deterministic=False)[0].numpy().astype(np.float64)
             action, base = adapter(obs, u)
             override = intervention(obs, action) if intervention is not None else None
@@ -254,14 +258,16 @@ def _run_actor(env: RobotEnv, adapter: ActionAdapter, learner: _Learner, step: i
         summary["episodes"] += 1
         summary["returns"].append(ret)
     env.safety.stop("fine-tuning done")
-    _sync(learner, actor, pending, c)
-    summary.update(steps=step, held=learner.stop(c.start_timeout), learner_restarts=learner.restarts)
+    _sync(learner, actor, pending, c, summary)
+    summary.update(steps=step, held=learner.stop(c.start_timeout, lambda msg: _gate_check(msg, summary)),
+                   learner_restarts=learner.restarts)
     return summary
 
 
-def _sync(learner: _Learner, actor, pending: dict, c: FinetuneConfig) -> None:
+def _sync(learner: _Learner, actor, pending: dict, c: FinetuneConfig, summary: dict) -> None:
     """New weights in; forget transitions a checkpoint holds; restart a dead learner and re-send
-    everything after the last checkpoint it confirmed (it drops what it already holds)."""
+    everything after the last checkpoint it confirmed (it drops what it already holds); the twin
+    gate's checks go to ``summary["gate"]`` as (transitions, score m, admitted)."""
     if not learner.process.is_alive():
         if learner.restarts >= c.max_learner_restarts:
             raise RuntimeError(f"the learner died {learner.restarts + 1} times; see its checkpoints in "
@@ -272,9 +278,16 @@ def _sync(learner: _Learner, actor, pending: dict, c: FinetuneConfig) -> None:
     for msg in learner.poll():
         if msg[0] == "weights":
             actor.load_state_dict({k: torch.as_tensor(v) for k, v in msg[2].items()})
+        elif msg[0] == "gate":
+            _gate_check(msg, summary)
         elif msg[0] == "checkpoint":
             for i in [k for k in pending if k < msg[1]]:
                 del pending[i]
+
+
+def _gate_check(msg: tuple, summary: dict) -> None:
+    if msg[0] == "gate":
+        summary["gate"].append(tuple(msg[1:]))
 
 
 def load_finetuned_actor(directory: str | Path, config: LearnerConfig | None = None):

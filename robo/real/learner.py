@@ -40,7 +40,11 @@ class LearnerConfig:
     gentle exploration). Snapshots (``snapshots/<n>.safetensors``, the actor alone) are what
     ``robo.twin.select`` scores in the calibrated twin to pick the actor to deploy. prior_ratio: with
     prior data in the replay buffer (``MixedReplayBuffer``, e.g. from ``robo.twin.pretrain``), the
-    share of every batch drawn from it (RLPD / SERL use 0.5); None samples both in proportion to size."""
+    share of every batch drawn from it (RLPD / SERL use 0.5); None samples both in proportion to size.
+    twin_gate: with it, the actor's weights go to the robot only when the calibrated twin admits them
+    (``TwinGate``: scored every ``twin_gate.every`` transitions, default ``snapshot_every`` or 250, and
+    within ``tolerance`` of the best admitted); each check is reported as ``("gate", n, score, admitted)``.
+    The bar starts at the actor the learner starts (or resumes) with."""
 
     learning_rate: float = 1e-3
     batch_size: int = 128
@@ -55,6 +59,7 @@ class LearnerConfig:
     checkpoint_every: int = 200
     snapshot_every: int = 0  # keep the actor every this many transitions in snapshots/ (0: never)
     prior_ratio: float | None = None  # share of each batch from prior data (e.g. the twin's); None: by size
+    twin_gate: dict | None = None  # robo.twin.select.TwinGate.from_config: only actors the twin admits fly
     seed: int = 0
     obs_dim: int = 22
     action_dim: int = 4
@@ -188,7 +193,7 @@ def save_learner(directory: Path, model, transitions: int, demos: list, c: Learn
 def learner_main(directory: str, config: dict, transitions: "queue.Queue", updates: "queue.Queue") -> None:
     """Process entry point. Messages in: ``("t", index, obs, action, reward, next_obs, done, intervened)``,
     ``("stop",)``. Out: ``("ready", n)`` (n transitions held after resuming), ``("weights", n, state_dict)``,
-    ``("checkpoint", n)``, ``("stopped", n)``."""
+    ``("checkpoint", n)``, ``("stopped", n)``, with a twin gate ``("gate", n, score, admitted)``."""
     from stable_baselines3.common.logger import configure
 
     torch.set_num_threads(1)
@@ -198,7 +203,11 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
     if isinstance(model.replay_buffer, MixedReplayBuffer):
         model.replay_buffer.prior_ratio = c.prior_ratio  # this config's share
     model._current_progress_remaining = 1.0
+    gate, gate_every = _gate(c)
+    first_check = gate(model.actor) if gate is not None else None  # sets the bar
     updates.put(("ready", n))
+    if first_check is not None:
+        updates.put(("gate", n, *first_check))
     updates.put(("weights", n, actor_weights(model)))
     parent = os.getppid()
     while True:
@@ -224,10 +233,27 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
         model.num_timesteps = n
         if n > c.learning_starts and c.gradient_steps > 0:
             model.train(gradient_steps=c.gradient_steps, batch_size=c.batch_size)
-        if n % c.sync_every == 0:
+        if gate is None and n % c.sync_every == 0:
             updates.put(("weights", n, actor_weights(model)))
+        if gate is not None and n % gate_every == 0:
+            score, admitted = gate(model.actor)
+            updates.put(("gate", n, score, admitted))
+            if admitted:
+                updates.put(("weights", n, actor_weights(model)))
         if c.snapshot_every and n % c.snapshot_every == 0:
             save_snapshot(Path(directory), f"{n:09d}", model)
         if n % c.checkpoint_every == 0:
             save_learner(Path(directory), model, n, demos, c)
             updates.put(("checkpoint", n))
+
+
+def _gate(c: LearnerConfig):
+    """(TwinGate or None, transitions between checks) from ``c.twin_gate``."""
+    if not c.twin_gate:
+        return None, 0
+    from robo.twin.select import TwinGate
+
+    every = int(c.twin_gate.get("every") or c.snapshot_every or 250)
+    if every < 1:
+        raise ValueError(f"twin_gate.every must be >= 1, got {every}")
+    return TwinGate.from_config(dict(c.twin_gate)), every

@@ -49,3 +49,43 @@ def best_in_twin(base: Policy, actors: Mapping[str, object], params, start, scal
     """(name, scores) of the actor with the lowest mean error in the twin (``score_in_twin``)."""
     scores = score_in_twin(base, actors, params, start, scale, **kwargs)
     return min(scores, key=scores.get), scores
+
+
+class TwinGate:
+    """Real-is-Sim's gate on what flies: the learner's actor goes to the robot only if the calibrated
+    twin scores it (``score_in_twin``) within ``tolerance`` (a fraction) of the best actor admitted
+    so far; the first actor scored sets the bar. SAC's actor drifts between updates; a drifted
+    actor then never reaches the robot, where it would tilt past the safety limits.
+
+    ``gate(actor) -> (score m, admitted)``."""
+
+    def __init__(self, base: Policy, params, start: Sequence[float], scale: float, tolerance: float = 0.1,
+                 hover: Sequence[float] = (0.0, 0.0, 1.0), steps: int = 200, starts: int = 16):
+        if tolerance < 0:
+            raise ValueError(f"gate tolerance must be >= 0, got {tolerance}")
+        self.base, self.params, self.start, self.scale = base, params, tuple(start), float(scale)
+        self.tolerance, self.hover, self.steps, self.starts = float(tolerance), tuple(hover), int(steps), int(starts)
+        self.best = np.inf
+
+    @classmethod
+    def from_config(cls, d: dict) -> "TwinGate":
+        """From ``LearnerConfig.twin_gate``: ``{base: raptor | <checkpoint folder>, robot: <robot config,
+        e.g. the identified robot's entry>, start, scale}`` plus any optional argument (``every`` is the
+        learner's: transitions between gate checks)."""
+        from robo.factory import make_policy
+
+        d = {k: v for k, v in d.items() if k != "every"}
+        missing = sorted({"base", "robot", "start", "scale"} - set(d))
+        if missing:
+            raise ValueError(f"twin_gate needs {missing}")
+        base = d.pop("base")
+        base = make_policy({"kind": "raptor"} if base == "raptor" else {"kind": "checkpoint", "path": base})
+        return cls(base, d.pop("robot"), **d)
+
+    def __call__(self, actor) -> tuple[float, bool]:
+        score = score_in_twin(self.base, {"actor": actor}, self.params, self.start, self.scale, hover=self.hover,
+                              steps=self.steps, starts=self.starts)["actor"]
+        admitted = bool(np.isfinite(score) and score <= self.best * (1.0 + self.tolerance))
+        if admitted:
+            self.best = min(self.best, score)
+        return score, admitted

@@ -96,6 +96,24 @@ def test_an_actor_failure_stops_the_learner_and_returns(env, tmp_path):
     assert not [p for p in mp.active_children() if p.name == "robo-learner"]
 
 
+def test_twin_gate_holds_back_actors_the_twin_scores_worse(env, tmp_path):
+    """With ``twin_gate`` the learner sends weights only when the twin admits them; every check is
+    reported to the actor. A tolerance of -0 with a fresh (zero-residual) start: the first check sets
+    the bar and only actors at least as good in the twin fly."""
+    gate = {"base": "raptor", "robot": perturbed("crazyflie", 1.3, 1.0), "start": START, "scale": 0.2,
+            "every": 20, "starts": 4, "steps": 50, "tolerance": 0.0}
+    s = finetune(env, ResidualAdapter(load_raptor(), 0.2), tmp_path,
+                 FinetuneConfig(total_steps=60, learner={**LEARNER, "twin_gate": gate}),
+                 reset=HumanPrompt(lambda message: None))
+    checks = s["gate"]
+    assert [n for n, _, _ in checks] == [0, 20, 40, 60]
+    assert checks[0][2] is True  # the starting actor sets the bar
+    bar = checks[0][1]
+    for n, score, admitted in checks[1:]:
+        assert admitted == (score <= bar)
+        bar = min(bar, score) if admitted else bar
+
+
 def test_human_prompt_reset_and_bad_config(env):
     prompts = []
     HumanPrompt(prompts.append)(env)
@@ -122,6 +140,9 @@ def test_finetune_cli_config_composes_and_rejects_a_bad_driver(tmp_path):
     with pytest.raises(ValueError, match="only 'px4'"):
         with open_robot({"driver": "crazyflie"}):
             pass
+    r = subprocess.run([sys.executable, "-m", "robo", "finetune", "base=raptor", "twin_gate.tolerance=0.1",
+                        f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "twin_gate.tolerance needs the twin" in r.stderr
 
 
 @pytest.mark.slow  # two learner processes, identification and twin pre-training: ~1-2 min
@@ -134,12 +155,14 @@ def test_finetune_cli_with_twin_pretraining_identifies_deploys_and_resumes(tmp_p
 
     args = [sys.executable, "-m", "robo", "finetune", "base=raptor", "residual_scale=0.5", "reset=prompt",
             "eval_episodes=1", "twin_pretrain.steps=2000", "twin_pretrain.snapshot_every=1000",
-            "learner.snapshot_every=100", f"hydra.run.dir={tmp_path}/run"]
+            "learner.snapshot_every=100", "twin_gate.tolerance=0.1", "twin_gate.every=100",
+            f"hydra.run.dir={tmp_path}/run"]
     r = subprocess.run(args + ["total_steps=200"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["identified_mass"] == pytest.approx(0.03978, rel=0.05)  # the stand-in's hidden mass
     assert m["sim_steps"] == 2000 and m["deployed_actor"] in ("pretrained", "000000100", "000000200")
+    assert m["gate_checks"] == 3 and m["gate_admitted"] >= 1  # at 0 (sets the bar), 100, 200 real steps
     identified = json.loads((tmp_path / "run" / "identified_robot.json").read_text())
     r = subprocess.run(args + ["total_steps=300", f"resume={tmp_path}/run"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=900)

@@ -9,7 +9,7 @@ from policies.foundation import load_raptor
 from robo.real.learner import LearnerConfig, MixedReplayBuffer, build_sac, load_learner, load_snapshots
 from robo.twin import evaluate_in_twin, hover_scores, perturbed
 from robo.twin.pretrain import TwinPretrainConfig, pretrain_in_twin, safe_task, single_env_buffer
-from robo.twin.select import ResidualPolicy, best_in_twin
+from robo.twin.select import ResidualPolicy, TwinGate, best_in_twin
 from sims.envs import make_robot
 
 LEARNER = LearnerConfig(learning_starts=100, batch_size=64)
@@ -95,10 +95,28 @@ def test_pretraining_in_the_twin_beats_the_base_and_leaves_a_resumable_learner(t
     best, scores = best_in_twin(base, {"zero": build_sac(LEARNER).actor, "pretrained": model.actor}, heavy,
                                 (0.0, 0.0, 1.0), 0.5)
     assert best == "pretrained" and scores["zero"] > scores["pretrained"]
+    # the twin gate: the first actor sets the bar; a worse one is held back, the bar stays
+    gate = TwinGate(base, heavy, (0.0, 0.0, 1.0), 0.5, tolerance=0.1)
+    first, admitted = gate(model.actor)
+    assert admitted and first == pytest.approx(scores["pretrained"])
+    worse, admitted = gate(build_sac(LEARNER).actor)
+    assert not admitted and worse == pytest.approx(scores["zero"]) and gate.best == first
+    assert gate(model.actor) == (first, True)
 
-    errors = evaluate_in_twin([base, ResidualPolicy(base, model.actor, 0.5)], heavy, (0.0, 0.0, 1.0), steps=200, envs_per_policy=8,
-                              start_jitter=0.1)
+    errors = evaluate_in_twin([base, ResidualPolicy(base, model.actor, 0.5)], heavy, (0.0, 0.0, 1.0), steps=200,
+                              envs_per_policy=8, start_jitter=0.1)
     before, after = (hover_scores(errors[:, i])["final_error"].mean() for i in range(2))
     assert before > 0.5 and after < 0.5 * before, (before, after)
     with pytest.raises(FileExistsError):
         pretrain_in_twin(base, heavy, tmp_path, cfg, LEARNER)
+
+
+def test_twin_gate_config_names_what_is_missing():
+    with pytest.raises(ValueError, match=r"\['robot', 'scale'\]"):
+        TwinGate.from_config({"base": "raptor", "start": (0, 0, 1)})
+    with pytest.raises(ValueError, match="tolerance"):
+        TwinGate.from_config({"base": "raptor", "robot": "crazyflie", "start": (0, 0, 1), "scale": 0.5,
+                              "tolerance": -1})
+    gate = TwinGate.from_config({"base": "raptor", "robot": "crazyflie", "start": (0, 0, 1), "scale": 0.5,
+                                 "every": 100, "starts": 4})
+    assert gate.starts == 4 and gate.best == float("inf")
