@@ -18,11 +18,12 @@ import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from robo.foundation import (FoundationRunConfig, distill, evaluate_all, load_teachers, run_teachers,
+from robo.foundation import (FoundationRunConfig, Manifest, distill, evaluate_all, load_teachers, run_teachers,
                              teacher_specs)
 from robo.foundation.teachers import teacher_summary
 
@@ -44,12 +45,16 @@ def main() -> None:
     ap.add_argument("--dagger-steps", type=int, default=500, help="steps per DAgger iteration")
     ap.add_argument("--epochs", type=int, default=4, help="BPTT epochs per DAgger iteration")
     ap.add_argument("--starts", type=int, default=4, help="random starts per held-out quadrotor")
+    ap.add_argument("--gru-hidden", type=int, nargs="+", default=[16], help="GRU student widths (RAPTOR: 16)")
+    ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
+    ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
+                    help="also distil from these runs' done teachers (e.g. a run with another --seed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO)
     torch.set_num_threads(1)
     cfg = FoundationRunConfig.from_dict({
-        "teachers": args.teachers,
+        "teachers": args.teachers, "seed": args.seed,
         "teacher": {"total_steps": args.steps, "eval_every": min(args.eval_every, args.steps),
                     "checkpoint_every": max(args.steps // 2, 1),
                     "eval_envs": 32},
@@ -65,15 +70,20 @@ def main() -> None:
         rows.append((f"  teacher {t['index']} ({t['mass']:.3f} kg) on its own quad",
                      f"{t['wall_s']:.0f} s wall, median error {s['final_median_position_error']:.3f} m, "
                      f"crashes {int(s['crashes'])}/{int(s['num_envs'])}"))
+    if args.pool:
+        manifest = Manifest.pooled([manifest, *(Manifest.load(d / "manifest.json") for d in args.pool)])
+        rows.append((f"  pooled with {', '.join(map(str, args.pool))}", f"{len(manifest.done())} teachers"))
     summary = teacher_summary(manifest)
     rows.append(("  wall time per teacher (mean)", f"{summary['teacher_wall_s_mean']:.0f} s"))
     task = teacher_specs(cfg, args.run_dir)[0]["config"]["task"]
     policies = {}
     for count in sorted(set(args.counts)):
         teachers, quads = load_teachers(manifest, count)
-        t = time.time()
-        policies[f"student GRU, {count} teachers"], _ = distill("gru", teachers, quads, task, cfg.dagger)
-        rows.append((f"  DAgger wall time, GRU from {count} teachers", f"{time.time() - t:.0f} s"))
+        for hidden in args.gru_hidden:
+            t = time.time()
+            name = f"student GRU-{hidden}, {count} teachers"
+            policies[name], _ = distill("gru", teachers, quads, task, replace(cfg.dagger, gru_hidden=hidden))
+            rows.append((f"  DAgger wall time, {name}", f"{time.time() - t:.0f} s"))
     teachers, quads = load_teachers(manifest)
     policies[f"student MLP, {len(teachers)} teachers"], _ = distill("mlp", teachers, quads, task, cfg.dagger)
     logging.info("rows so far: %s", rows)

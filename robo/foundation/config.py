@@ -42,7 +42,8 @@ class DaggerConfig:
     executing the teacher's action instead of their own with probability
     ``beta = beta_start * beta_decay ** iteration`` per env and step; every visited observation is
     labelled with that env's teacher's action. The student then trains ``epochs`` passes over the
-    last ``buffer_iterations`` iterations' sequences with truncated BPTT windows of ``bptt`` steps."""
+    last ``buffer_iterations`` iterations' sequences with truncated BPTT windows of ``bptt`` steps.
+    ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16)."""
 
     envs_per_teacher: int = 16
     iterations: int = 10
@@ -54,6 +55,7 @@ class DaggerConfig:
     batch_envs: int = 64
     learning_rate: float = 3e-3
     buffer_iterations: int = 4
+    gru_hidden: int = 16
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     seed: int = 0
 
@@ -104,7 +106,7 @@ class FoundationRunConfig:
             RandomizationConfig.from_dict(dict(self.eval.randomization))
         positive = {key: _get(self, key) for key in (
             "teachers", "teacher.total_steps", "teacher.eval_envs", "ray.num_cpus", "dagger.envs_per_teacher",
-            "dagger.iterations", "dagger.steps_per_iteration", "dagger.bptt", "dagger.batch_envs",
+            "dagger.gru_hidden", "dagger.iterations", "dagger.steps_per_iteration", "dagger.bptt", "dagger.batch_envs",
             "dagger.buffer_iterations", "eval.quadrotors", "eval.starts")}
         for key, v in positive.items():
             if not (isinstance(v, int) and v >= 1):

@@ -64,10 +64,11 @@ class TeacherEnsemble:
 
 
 def make_student(kind: str, cfg: DaggerConfig) -> nn.Module:
-    """A fresh student network: ``gru`` (RAPTOR's Dense 16 -> GRU 16 -> Dense 4) or ``mlp``."""
+    """A fresh student network: ``gru`` (Dense H -> GRU H -> Dense 4, H = ``gru_hidden``; RAPTOR's H is 16)
+    or ``mlp``."""
     torch.manual_seed(cfg.seed)
     if kind == "gru":
-        return FoundationGRU(FoundationConfig(obs_dim=OBS_DIM))
+        return FoundationGRU(FoundationConfig(obs_dim=OBS_DIM, hidden_dim=cfg.gru_hidden))
     if kind == "mlp":
         return MLPActor(MLPConfig(obs_dim=OBS_DIM, hidden_dims=list(cfg.mlp_hidden)))
     raise ValueError(f"unknown student {kind!r}; choose one of {STUDENTS}")

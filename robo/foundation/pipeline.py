@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 def load_teachers(manifest: Manifest, count: int | None = None) -> tuple[list[MLPPolicy], list[QuadrotorParams]]:
     """The done teachers' policies and quadrotors; ``count`` picks that many spread evenly over
     the (mass-sorted) list, so a subset still spans the mass range."""
-    done = manifest.done()
+    done = sorted(manifest.done(), key=lambda t: t["mass"])
     if count is not None:
         if not 1 <= count <= len(done):
             raise ValueError(f"asked for {count} teachers, {len(done)} are done")

@@ -118,6 +118,21 @@ class Manifest:
         m.save()
         return m
 
+    @classmethod
+    def load(cls, path: Path) -> "Manifest":
+        """An existing manifest as it is, e.g. another run's teachers to pool with this run's."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no teacher manifest at {path}")
+        return cls(path, json.loads(path.read_text())["teachers"])
+
+    @classmethod
+    def pooled(cls, manifests: list["Manifest"]) -> "Manifest":
+        """The done teachers of several runs (e.g. runs with different seeds: more quadrotors), by mass;
+        read-only (it has no file of its own)."""
+        done = sorted((t for m in manifests for t in m.done()), key=lambda t: t["mass"])
+        return cls(Path("/dev/null"), done)
+
     def save(self) -> None:
         write_json(self.path, {"teachers": self.teachers})
 

@@ -55,6 +55,7 @@ def ray_local():
 # Config ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad, match", [
     ({"teachers": 0}, "teachers must be a positive integer"),
+    ({"dagger": {"gru_hidden": 0}}, "dagger.gru_hidden"),
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
@@ -196,6 +197,9 @@ def test_untrained_students_are_real_policies():
     p = as_policy(make_student("gru", DaggerConfig()))
     a = p.act(np.zeros((3, 22), np.float32))
     assert a.shape == (3, 4) and np.all(np.abs(a) <= 1)
+    assert sum(x.numel() for x in p.model.parameters()) == 2084  # the size the issue quotes for RAPTOR
+    wide = make_student("gru", DaggerConfig(gru_hidden=32))
+    assert wide.config.hidden_dim == 32 and wide.gru.hidden_size == 32
     with pytest.raises(ValueError, match="unknown student"):
         make_student("transformer", DaggerConfig())
 
@@ -220,3 +224,23 @@ def test_yaml_config_mirrors_the_dataclass():
     assert FoundationRunConfig.from_dict(default) == FoundationRunConfig()
     c = FoundationRunConfig.from_dict(cluster)
     assert c.teachers == 64 and c.ray.address == "auto"
+
+
+def test_teachers_of_several_runs_pool_by_mass(tmp_path):
+    """``Manifest.pooled``: the done teachers of two runs (e.g. two seeds), sorted by mass, so
+    ``load_teachers(count)`` still spreads a subset over the whole mass range."""
+    from robo.foundation.pipeline import load_teachers
+
+    runs = []
+    for name, masses in (("a", [0.03, 1.0]), ("b", [0.5, 2.0])):
+        m = Manifest(tmp_path / name / "manifest.json", [{"index": i, "mass": x, "status": "done"}
+                                                         for i, x in enumerate(masses)])
+        m.teachers.append({"index": 2, "mass": 0.1, "status": "failed"})
+        m.save()
+        runs.append(Manifest.load(m.path))
+    pool = Manifest.pooled(runs)
+    assert [t["mass"] for t in pool.done()] == [0.03, 0.5, 1.0, 2.0]
+    with pytest.raises(FileNotFoundError, match="no teacher manifest"):
+        Manifest.load(tmp_path / "c" / "manifest.json")
+    with pytest.raises(ValueError, match="asked for 5 teachers, 4 are done"):
+        load_teachers(pool, 5)
