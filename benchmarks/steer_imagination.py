@@ -1,9 +1,12 @@
 """DSRL with and without imagination: real env steps to a target success (toy task).
 
     python benchmarks/steer_imagination.py --base <chunked policy checkpoint> [--budget 3000]
+    python benchmarks/steer_imagination.py --base <...> --model-demos 100 --model-steps 10000 --imagined 7 --seed S
 
 1. Roll out the frozen base policy (N(0, I) noise) for ``--model-data`` real env steps and fit an
-   MBPO ensemble (``EnsembleDynamics``) on them.
+   MBPO ensemble (``EnsembleDynamics``) on them; or, with ``--model-demos N``, fit it on the N
+   scripted-expert demos the base was imitated from (``--demo-seed``: its training seed), which
+   costs no env steps beyond those both runs share.
 2. DSRL (configs/algo/dsrl.yaml) on the real env alone, and DSRL with 1 real env plus
    ``--imagined`` imagined envs: the ensemble behind the same ``LatentNoiseEnv`` (success from the
    predicted position, collisions from the predicted termination, episodes cut where the members
@@ -30,7 +33,8 @@ from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.steer import SteerTrainer
 from robo.steer.command import algo_config
 from robo.world_model import ImaginedEnv, SingleImaginedEnv
-from robo.world_model.tasks import toy_success
+from robo.world_model.tasks import from_demos, toy_success, transitions
+from sims.toy import generate_demos
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 TOY = "robo/ObstacleReach-v0"
@@ -79,6 +83,10 @@ def main() -> None:
     ap.add_argument("--base", required=True)
     ap.add_argument("--budget", type=int, default=3000, help="real env steps of each DSRL run")
     ap.add_argument("--model-data", type=int, default=600, help="real env steps to fit the world model on")
+    ap.add_argument("--model-demos", type=int, default=0,
+                    help="fit the world model on this many of the base's training demos instead (no new env "
+                         "steps; the base's imitation seed is --demo-seed)")
+    ap.add_argument("--demo-seed", type=int, default=0)
     ap.add_argument("--model-steps", type=int, default=3000, help="ensemble training steps")
     ap.add_argument("--imagined", type=int, default=3, help="imagined envs beside the one real env")
     ap.add_argument("--disagreement", type=float, default=1.0)
@@ -91,7 +99,12 @@ def main() -> None:
     torch.set_num_threads(1)
     base = load_policy(args.base)
     env = gym.make(TOY)
-    data, starts = collect(base, args.model_data, seed=1000)
+    if args.model_demos:
+        demos = generate_demos(args.model_demos, seed=args.demo_seed)
+        data, starts = transitions(from_demos(demos)), np.stack([d["obs"][0] for d in demos])
+        args.model_data = 0  # the base's own training data: no env steps beyond what both arms share
+    else:
+        data, starts = collect(base, args.model_data, seed=1000)
     model = EnsembleDynamics(EnsembleConfig(obs_dim=2, action_dim=2, hidden_dims=[128, 128]))
     fit = model.fit(data, steps=args.model_steps)
     print("world model fit:", fit)

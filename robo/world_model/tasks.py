@@ -65,6 +65,23 @@ def transitions(episodes: list[Episode]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([e[k] for e in episodes]).astype(np.float32) for k in keys}
 
 
+def from_demos(demos: list[Episode]) -> list[Episode]:
+    """Imitation demos ``{"obs" (T, D), "action" (T, A), "reward" (T,)}`` as transition episodes for a
+    dynamics model: step t's next observation is obs[t + 1], so each demo's last step (whose next
+    observation was not recorded) is left out; ``terminated`` is 0. A world model fitted on the data a
+    policy was imitated from costs no new env steps."""
+    out = []
+    for i, d in enumerate(demos):
+        if "reward" not in d:
+            raise ValueError(f"demo {i} has no rewards; the world model learns the reward too")
+        T = len(d["obs"]) - 1
+        if T < 1:
+            continue
+        out.append({"obs": d["obs"][:T], "action": d["action"][:T], "next_obs": d["obs"][1:],
+                    "reward": np.asarray(d["reward"][:T]), "terminated": np.zeros(T, np.float32)})
+    return out
+
+
 # Quadrotor hover ---------------------------------------------------------------------------
 HOVER_RADIUS = 0.10  # m, as robo eval's success_radius
 

@@ -149,3 +149,17 @@ def test_toy_imagine_task_ladder_orders_quality():
     _, ok_expert = task.collect(expert, 20, seed=0)
     _, ok_noisy = task.collect(noisy, 20, seed=0)
     assert ok_expert.mean() >= 0.9 and ok_noisy.mean() <= 0.2, (ok_expert.mean(), ok_noisy.mean())
+
+
+def test_demos_become_transitions_without_their_last_step():
+    """``from_demos``: obs[t + 1] is step t's next observation; the last step (no next obs) is dropped."""
+    from robo.world_model.tasks import from_demos, transitions
+
+    demo = {"obs": np.arange(8, dtype=np.float32).reshape(4, 2), "action": np.ones((4, 2), np.float32),
+            "reward": np.array([0.1, 0.2, 0.3, 1.0], np.float32)}
+    t = transitions(from_demos([demo, {**demo, "obs": demo["obs"][:1], "action": demo["action"][:1],
+                                       "reward": demo["reward"][:1]}]))
+    assert t["obs"].shape == (3, 2) and np.array_equal(t["next_obs"], demo["obs"][1:])
+    assert np.allclose(t["reward"], [0.1, 0.2, 0.3]) and not t["terminated"].any()
+    with pytest.raises(ValueError, match="no rewards"):
+        from_demos([{"obs": demo["obs"], "action": demo["action"]}])
