@@ -44,7 +44,9 @@ class LearnerConfig:
     twin_gate: with it, the actor's weights go to the robot only when the calibrated twin admits them
     (``TwinGate``: scored every ``twin_gate.every`` transitions, default ``snapshot_every`` or 250, and
     within ``tolerance`` of the best admitted); each check is reported as ``("gate", n, score, admitted)``.
-    The bar starts at the actor the learner starts (or resumes) with."""
+    The bar is checkpointed: a restarted learner's actor must pass it too (until one does, the robot flies
+    the last admitted actor, or the base policy in a new actor process). Without a bar yet, the first
+    actor sets it."""
 
     learning_rate: float = 1e-3
     batch_size: int = 128
@@ -181,12 +183,18 @@ def load_learner(directory: Path, c: LearnerConfig):
     return model, int(state["transitions"]), demos
 
 
-def save_learner(directory: Path, model, transitions: int, demos: list, c: LearnerConfig) -> Path:
+def save_learner(directory: Path, model, transitions: int, demos: list, c: LearnerConfig,
+                 gate_best: float | None = None) -> Path:
+    """Checkpoint atomically; ``gate_best``: the twin gate's bar (the best admitted score), kept so
+    that a restarted learner holds back an actor the gate would have rejected."""
+    state = {"transitions": transitions, "config": asdict(c)}
+    if gate_best is not None and np.isfinite(gate_best):
+        state["gate_best"] = float(gate_best)
     with atomic_directory(Path(directory) / LATEST) as tmp:
         model.save(tmp / "sb3.zip")
         model.save_replay_buffer(tmp / "replay_buffer.pkl")
         np.savez(tmp / "demos.npz", index=np.asarray(demos, dtype=np.int64))
-        (tmp / "state.json").write_text(json.dumps({"transitions": transitions, "config": asdict(c)}, indent=1))
+        (tmp / "state.json").write_text(json.dumps(state, indent=1))
     return Path(directory) / LATEST
 
 
@@ -203,23 +211,28 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
     if isinstance(model.replay_buffer, MixedReplayBuffer):
         model.replay_buffer.prior_ratio = c.prior_ratio  # this config's share
     model._current_progress_remaining = 1.0
-    gate, gate_every = _gate(c)
-    first_check = gate(model.actor) if gate is not None else None  # sets the bar
+    gate, gate_every = _gate(c, Path(directory))
+    first_check = gate(model.actor) if gate is not None else None  # a fresh gate: sets the bar
     updates.put(("ready", n))
     if first_check is not None:
         updates.put(("gate", n, *first_check))
-    updates.put(("weights", n, actor_weights(model)))
+    if first_check is None or first_check[1]:  # held back: the actor keeps what it flies (or the base policy)
+        updates.put(("weights", n, actor_weights(model)))
+
+    def save() -> None:
+        save_learner(Path(directory), model, n, demos, c, gate.best if gate else None)
+
     parent = os.getppid()
     while True:
         try:
             msg = transitions.get(timeout=1.0)
         except queue.Empty:
             if os.getppid() != parent:  # the actor died: keep what we have and leave
-                save_learner(Path(directory), model, n, demos, c)
+                save()
                 return
             continue
         if msg[0] == "stop":
-            save_learner(Path(directory), model, n, demos, c)
+            save()
             updates.put(("stopped", n))
             return
         _, index, obs, action, reward, next_obs, done, intervened = msg
@@ -243,12 +256,13 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
         if c.snapshot_every and n % c.snapshot_every == 0:
             save_snapshot(Path(directory), f"{n:09d}", model)
         if n % c.checkpoint_every == 0:
-            save_learner(Path(directory), model, n, demos, c)
+            save()
             updates.put(("checkpoint", n))
 
 
-def _gate(c: LearnerConfig):
-    """(TwinGate or None, transitions between checks) from ``c.twin_gate``."""
+def _gate(c: LearnerConfig, directory: Path):
+    """(TwinGate or None, transitions between checks) from ``c.twin_gate``, with the bar a previous
+    learner of ``directory`` checkpointed."""
     if not c.twin_gate:
         return None, 0
     from robo.twin.select import TwinGate
@@ -256,4 +270,8 @@ def _gate(c: LearnerConfig):
     every = int(c.twin_gate.get("every") or c.snapshot_every or 250)
     if every < 1:
         raise ValueError(f"twin_gate.every must be >= 1, got {every}")
-    return TwinGate.from_config(dict(c.twin_gate)), every
+    gate = TwinGate.from_config(dict(c.twin_gate))
+    state = directory / LATEST / "state.json"
+    if state.exists():
+        gate.best = float(json.loads(state.read_text()).get("gate_best", np.inf))
+    return gate, every

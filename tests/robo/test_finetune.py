@@ -1,5 +1,6 @@
 """Real-robot fine-tuning on the stand-in PX4 robot: learner in another process, killed and resumed."""
 
+import json
 import os
 import signal
 
@@ -112,6 +113,13 @@ def test_twin_gate_holds_back_actors_the_twin_scores_worse(env, tmp_path):
     for n, score, admitted in checks[1:]:
         assert admitted == (score <= bar)
         bar = min(bar, score) if admitted else bar
+    # the bar survives a restart: the resumed learner's actor must pass it, it does not set a new one
+    assert json.loads((tmp_path / LATEST / "state.json").read_text())["gate_best"] == pytest.approx(bar)
+    again = finetune(env, ResidualAdapter(load_raptor(), 0.2), tmp_path,
+                     FinetuneConfig(total_steps=80, learner={**LEARNER, "twin_gate": gate}),
+                     reset=HumanPrompt(lambda message: None))
+    n, score, admitted = again["gate"][0]
+    assert n == 60 and admitted == (score <= bar)
 
 
 def test_human_prompt_reset_and_bad_config(env):
