@@ -7,7 +7,8 @@
 - ``synthesize``: BC on a few demos, fine-tuned on successful segments from a policy-guided
   trajectory diffusion model; both scored in the sim.
 
-The world model is loaded from ``model.path`` or fitted on behaviour data and saved in the run.
+The world model is loaded from ``model.path`` or fitted on behaviour data (or, ``model.data=demos``, on
+the task's demos) and saved in the run.
 """
 
 from __future__ import annotations
@@ -25,15 +26,31 @@ from robo.run_dir import write_json, write_resolved_config
 from .imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
 from .policies import NoisyPolicy, PushTExpertPolicy
 from .rollout import imagine_rollout, spearman
-from .tasks import ImagineTask, make_real_vec_env, make_task, transitions
+from .tasks import ImagineTask, from_demos, make_real_vec_env, make_task, transitions
 
 log = logging.getLogger(__name__)
 MODES = ("evaluate", "train", "synthesize")
 
 
-def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int) -> tuple[EnsembleDynamics, list]:
-    """Load ``m["path"]`` or fit a new ensemble on ``m["data_episodes"]`` behaviour episodes."""
-    data, _ = task.collect(task.behaviour(seed), int(m["data_episodes"]), seed=seed)
+def model_data(task: ImagineTask, task_cfg: dict, m: dict, seed: int) -> list:
+    """The episodes the ensemble is fitted on (and imagined episodes start from): ``m["data"]`` is
+    ``behaviour`` (``m["data_episodes"]`` episodes of the task's mixed-quality policy, run in the sim)
+    or ``demos`` (the task's scripted-expert demos, ``m["demos"]`` of them with ``m["demo_seed"]``: the
+    data a policy was imitated from, so no new env steps)."""
+    kind = m.get("data", "behaviour")
+    if kind == "behaviour":
+        return task.collect(task.behaviour(seed), int(m["data_episodes"]), seed=seed)[0]
+    if kind == "demos":
+        from robo.imitation.sources import load_episodes
+
+        return from_demos(load_episodes(task_cfg, None, m.get("demos"), int(m.get("demo_seed") or 0)))
+    raise ValueError(f"model.data={kind!r}; choose 'behaviour' or 'demos'")
+
+
+def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int,
+                task_cfg: dict | None = None) -> tuple[EnsembleDynamics, list]:
+    """Load ``m["path"]`` or fit a new ensemble on ``model_data``; returns it and that data."""
+    data = model_data(task, task_cfg or {"name": task.name}, m, seed)
     if m.get("path"):
         model = EnsembleDynamics.load(m["path"])
         if (model.obs_dim, model.action_dim) != (task.obs_dim, task.action_dim):
@@ -157,9 +174,12 @@ def train_dsrl(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, 
                            make_imagined_env=imagined if n_imagined else None)
     final = trainer.train()
     write_json(run_dir / "eval_history.json", trainer.history)
+    source, steps = c["model"].get("data", "behaviour"), int(sum(len(ep["obs"]) for ep in data))
+    # demos are the base's imitation data, spent before steering with or without imagination: no new steps
     return {"sim_success": final["success_rate"], "real_env_steps": trainer.env_steps,
             "imagined_env_steps": trainer.imagined_env_steps, "imagined_envs": n_imagined, "real_envs": real_envs,
-            "model_data_env_steps": int(sum(len(ep["obs"]) for ep in data))}
+            "model_data": source, "model_data_env_steps": 0 if source == "demos" else steps,
+            "model_data_transitions": steps}
 
 
 # trainers f(cfg, task, world model, behaviour data, run_dir) -> metrics, by train.algo
@@ -202,7 +222,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     task = make_task(c["task"]["name"] if isinstance(c["task"], dict) else c["task"])
     if c["mode"] == "train":
         check_train(c["train"], task)
-    model, data = world_model(task, c["model"], run_dir, int(c["seed"]))
+    model, data = world_model(task, c["model"], run_dir, int(c["seed"]),
+                              c["task"] if isinstance(c["task"], dict) else None)
     fn = {"evaluate": evaluate, "train": train, "synthesize": synthesize_cmd}[c["mode"]]
     result = {"mode": c["mode"], "task": task.name, **fn(c, task, model, data, run_dir)}
     write_json(run_dir / "metrics.json", result)

@@ -163,3 +163,28 @@ def test_demos_become_transitions_without_their_last_step():
     assert np.allclose(t["reward"], [0.1, 0.2, 0.3]) and not t["terminated"].any()
     with pytest.raises(ValueError, match="no rewards"):
         from_demos([{"obs": demo["obs"], "action": demo["action"]}])
+
+
+def test_world_model_fits_on_the_task_demos(tmp_path):
+    """``model.data=demos``: the ensemble learns from the task's scripted-expert demos (the toy task's
+    100 demos, no new env steps) and predicts their held-out steps far better than copying the state."""
+    from robo.world_model.command import world_model
+    from robo.world_model.tasks import make_task
+
+    task_cfg = {"name": "obstacle_reach", "demo_generator": "sims.toy:generate_demos", "demos": 40}
+    m = {"data": "demos", "demo_seed": 0, "members": 3, "hidden_dims": [64, 64], "fit_steps": 1500}
+    model, data = world_model(make_task("obstacle_reach"), m, tmp_path, seed=0, task_cfg=task_cfg)
+    assert len(data) == 40 and (tmp_path / "world_model").exists()
+    held_out = transitions(from_demos_of(5, seed=7))
+    pred = model.predict(held_out["obs"], held_out["action"]).next_obs.numpy()
+    err, copy = (np.abs(x - held_out["next_obs"]).mean() for x in (pred, held_out["obs"]))
+    assert err < 0.5 * copy, (err, copy)
+    with pytest.raises(ValueError, match="model.data='video'"):
+        world_model(make_task("obstacle_reach"), {**m, "data": "video"}, tmp_path, seed=0, task_cfg=task_cfg)
+
+
+def from_demos_of(n, seed):
+    from robo.world_model.tasks import from_demos
+    from sims.toy import generate_demos
+
+    return from_demos(generate_demos(n, seed=seed))
