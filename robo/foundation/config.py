@@ -43,7 +43,10 @@ class DaggerConfig:
     ``beta = beta_start * beta_decay ** iteration`` per env and step; every visited observation is
     labelled with that env's teacher's action. The student then trains ``epochs`` passes over the
     last ``buffer_iterations`` iterations' sequences with truncated BPTT windows of ``bptt`` steps.
-    ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16)."""
+    ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16).
+    ``validation_quadrotors`` (0: off) drawn with ``validation_seed`` from the teachers' ranges score
+    the student's hover after every iteration (``eval.starts`` starts each); the best iteration's
+    student is kept."""
 
     envs_per_teacher: int = 16
     iterations: int = 10
@@ -56,6 +59,8 @@ class DaggerConfig:
     learning_rate: float = 3e-3
     buffer_iterations: int = 4
     gru_hidden: int = 16
+    validation_quadrotors: int = 0
+    validation_seed: int = 200_000
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     seed: int = 0
 
@@ -121,6 +126,11 @@ class FoundationRunConfig:
                              f"{self.dagger.beta_start}, {self.dagger.beta_decay}")
         if not self.dagger.learning_rate > 0:
             raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
+        if self.dagger.validation_quadrotors < 0:
+            raise ValueError(f"dagger.validation_quadrotors must be >= 0, got {self.dagger.validation_quadrotors}")
+        if self.dagger.validation_quadrotors and self.dagger.validation_seed in (self.seed, self.eval.seed):
+            raise ValueError(f"dagger.validation_seed ({self.dagger.validation_seed}) must differ from seed and "
+                             f"eval.seed: validation quadrotors are neither the teachers' nor the held-out ones")
         if self.eval.success_radius <= 0:
             raise ValueError(f"eval.success_radius must be positive (m), got {self.eval.success_radius}")
 

@@ -167,11 +167,15 @@ def bptt_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: Sequenc
 
 
 def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
-            cfg: DaggerConfig, progress=None):
+            cfg: DaggerConfig, progress=None, validate=None):
     """DAgger: returns the student as a robo policy and the per-iteration history.
 
     ``teachers[i]`` is the teacher of ``quads[i]``; ``task`` the teachers' task config (the
-    student reads only the first 22 observation floats, never the parameters).
+    student reads only the first 22 observation floats, never the parameters). ``validate(policy)
+    -> {"hover_success_rate", "hover_median_error_m", ...}`` (e.g. the hover test on validation
+    quadrotors that are neither the teachers' nor the held-out ones) scores the student after every
+    iteration, and the best iteration's student is returned: the students' quality swings from one
+    iteration to the next, as the RL teachers' does.
     """
     if len(teachers) != len(quads):
         raise ValueError(f"{len(teachers)} teachers for {len(quads)} quadrotors; give one teacher per quadrotor")
@@ -182,6 +186,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
     gen = torch.Generator().manual_seed(cfg.seed)
     buffer: list[Sequences] = []
     history = []
+    best = None  # (key, iteration, state_dict) with validate
     for it in range(cfg.iterations):
         beta = cfg.beta_start * cfg.beta_decay ** it
         data, stats = collect(sim, model, ensemble, cfg.steps_per_iteration, beta, gen)
@@ -191,7 +196,17 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
                 for d in buffer][-1]
         model.eval()
         history.append({"iteration": it, "loss": loss, **stats})
+        if validate is not None:
+            v = validate(as_policy(model))
+            history[-1].update({f"validation_{k}": x for k, x in v.items()})
+            key = (v["hover_success_rate"], -v["hover_median_error_m"])
+            if best is None or key > best[0]:
+                best = (key, it, copy.deepcopy(model.state_dict()))
         log.info("dagger %s iteration %d: beta %.3f, loss %.5f, crashes %d", kind, it, beta, loss, stats["crashes"])
         if progress is not None:
             progress(history[-1])
+    if best is not None:
+        model.load_state_dict(best[2])
+        for h in history:
+            h["selected"] = h["iteration"] == best[1]
     return as_policy(model), history

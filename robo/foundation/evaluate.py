@@ -56,21 +56,7 @@ def _task(name: str, quads: list[QuadrotorParams], e: HeldOutConfig, seed_offset
 
 def evaluate_policy(policy: Policy, quads: list[QuadrotorParams], e: HeldOutConfig) -> dict[str, float]:
     """Hover success, figure-eight RMSE and push recovery of ``policy`` on ``quads`` (see module doc)."""
-    n, k = len(quads), e.starts
-    out: dict[str, float] = {}
-    # hover
-    r = rollout(policy, _task("hover", quads, e, 0), e.hover_seconds)
-    final = r.position_error[-1].reshape(n, k)
-    crashed = (r.crashed_at >= 0).reshape(n, k)
-    ok = (np.median(final, axis=1) < e.success_radius) & ~crashed.any(axis=1)
-    masses = np.array([q.mass for q in quads])
-    out["hover_success_rate"] = float(ok.mean())
-    out["hover_median_error_m"] = float(np.median(final))
-    out["hover_crash_rate"] = float(crashed.mean())
-    out["hover_mean_error_m"] = float(np.minimum(r.position_error, CRASH_ERROR).mean())
-    for band, (lo, hi) in MASS_BANDS.items():
-        sel = (masses >= lo) & (masses < hi)
-        out[f"hover_success {band}"] = float(ok[sel].mean()) if sel.any() else float("nan")
+    out = hover_metrics(policy, quads, e)
     # figure eight
     m = flight_metrics(rollout(policy, _task("figure_eight", quads, e, 1), e.figure_eight_seconds))
     out["figure_eight_rmse_m"] = m["rmse"]
@@ -86,4 +72,24 @@ def evaluate_policy(policy: Policy, quads: list[QuadrotorParams], e: HeldOutConf
     after = r.position_error[int(round(e.push_at / task.dt)):]
     out["push_recovery_rate"] = float(((final < e.success_radius) & alive).mean())
     out["push_max_deviation_m"] = float(np.median(after.max(axis=0)))
+    return out
+
+
+def hover_metrics(policy: Policy, quads: list[QuadrotorParams], e: HeldOutConfig) -> dict[str, float]:
+    """The hover test alone (see module doc): success rate (overall and by mass band), median final
+    error, crash rate, graded mean error."""
+    n, k = len(quads), e.starts
+    out: dict[str, float] = {}
+    r = rollout(policy, _task("hover", quads, e, 0), e.hover_seconds)
+    final = r.position_error[-1].reshape(n, k)
+    crashed = (r.crashed_at >= 0).reshape(n, k)
+    ok = (np.median(final, axis=1) < e.success_radius) & ~crashed.any(axis=1)
+    masses = np.array([q.mass for q in quads])
+    out["hover_success_rate"] = float(ok.mean())
+    out["hover_median_error_m"] = float(np.median(final))
+    out["hover_crash_rate"] = float(crashed.mean())
+    out["hover_mean_error_m"] = float(np.minimum(r.position_error, CRASH_ERROR).mean())
+    for band, (lo, hi) in MASS_BANDS.items():
+        sel = (masses >= lo) & (masses < hi)
+        out[f"hover_success {band}"] = float(ok[sel].mean()) if sel.any() else float("nan")
     return out

@@ -22,7 +22,7 @@ from policies.foundation import load_raptor
 from policies.mlp import MLPPolicy
 from robo.foundation.config import FoundationRunConfig
 from robo.foundation.dagger import STUDENTS, as_policy, distill, make_student
-from robo.foundation.evaluate import evaluate_policy
+from robo.foundation.evaluate import evaluate_policy, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
 from robo.run_dir import atomic_write_text, write_json
@@ -41,6 +41,16 @@ def load_teachers(manifest: Manifest, count: int | None = None) -> tuple[list[ML
             raise ValueError(f"asked for {count} teachers, {len(done)} are done")
         done = [done[i] for i in np.unique(np.linspace(0, len(done) - 1, count).round().astype(int))]
     return [MLPPolicy.load(t["checkpoint"]) for t in done], [make_robot(t["robot"]) for t in done]
+
+
+def validator(cfg: FoundationRunConfig):
+    """``validate(policy)`` for ``distill``: the hover test on ``dagger.validation_quadrotors``
+    quadrotors from the teachers' ranges (None when 0)."""
+    n = cfg.dagger.validation_quadrotors
+    if not n:
+        return None
+    quads = sample_quadrotors(cfg.randomization, n, cfg.dagger.validation_seed)
+    return lambda policy: hover_metrics(policy, quads, cfg.eval)
 
 
 def held_out_quadrotors(cfg: FoundationRunConfig) -> list[QuadrotorParams]:
@@ -71,7 +81,7 @@ def run_pipeline(cfg: FoundationRunConfig, run_dir: Path, train_fn: Callable[[di
     students, timings = {}, {}
     for kind in STUDENTS:
         t = time.time()
-        policy, history = distill(kind, teachers, quads, task, cfg.dagger)
+        policy, history = distill(kind, teachers, quads, task, cfg.dagger, validate=validator(cfg))
         timings[f"dagger_{kind}_s"] = time.time() - t
         policy.save(run_dir / "students" / kind)
         write_json(run_dir / f"dagger_{kind}.json", history)

@@ -56,6 +56,7 @@ def ray_local():
 @pytest.mark.parametrize("bad, match", [
     ({"teachers": 0}, "teachers must be a positive integer"),
     ({"dagger": {"gru_hidden": 0}}, "dagger.gru_hidden"),
+    ({"dagger": {"validation_quadrotors": 4, "validation_seed": 100_000}}, "validation_seed"),
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
@@ -130,6 +131,32 @@ def test_truncated_bptt_fits_the_labels(kind):
     for _ in range(15):
         last = bptt_epoch(model, opt, data, bptt=20, batch_envs=4, generator=gen)
     assert last < 0.5 * first
+
+
+def test_validation_keeps_the_best_dagger_iteration():
+    """With ``validate``, ``distill`` returns the student of the iteration that validated best (by hover
+    success, then median error), not the last one, and marks it in the history."""
+    import copy
+
+    from robo.foundation import distill
+
+    teachers = _teachers(2)
+    quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=2)
+    scores = iter([(0.2, 0.3), (0.8, 0.2), (0.8, 0.1), (0.5, 0.05)])  # iteration 2 wins: equal success, lower error
+    seen = []
+
+    def validate(policy):
+        seen.append(copy.deepcopy(policy.model.state_dict()))
+        success, median = next(scores)
+        return {"hover_success_rate": success, "hover_median_error_m": median}
+
+    cfg = DaggerConfig(iterations=4, steps_per_iteration=20, envs_per_teacher=2, epochs=1, bptt=10, batch_envs=4)
+    policy, history = distill("mlp", teachers, quads, "hover", cfg, validate=validate)
+    assert [h["selected"] for h in history] == [False, False, True, False]
+    assert history[2]["validation_hover_success_rate"] == 0.8
+    for k, v in policy.model.state_dict().items():
+        torch.testing.assert_close(v, seen[2][k])
+    assert any(not torch.equal(seen[2][k], seen[3][k]) for k in seen[2])  # the last iteration differs
 
 
 # Ray teachers: manifest, retry, resume ------------------------------------------------------------
