@@ -171,7 +171,8 @@ def test_robo_imagine_train_steers_with_dsrl_in_real_and_imagined_envs(tmp_path,
     m = run(cfg, tmp_path / "run")
     assert 200 <= m["real_env_steps"] < 200 + weak_base.n_action_steps  # half of total_steps is real
     assert m["imagined_envs"] == 1 and m["imagined_env_steps"] > 0
-    assert m["model_data_env_steps"] > 0 and 0.0 <= m["sim_success"] <= 1.0
+    assert m["model_data_env_steps"] > 0 and 0.0 <= m["sim_success"] <= m["best_sim_success"] <= 1.0
+    assert m["model_data"] == "behaviour" and m["model_data_transitions"] == m["model_data_env_steps"]
     assert load_policy(tmp_path / "run" / "checkpoints" / "latest" / "policy").kind == "steered"
     with initialize_config_module("robo.configs", version_base=None):
         bad = [compose("imagine", overrides=["task=hover", "mode=train", "train.algo=dsrl", "train.base=x"]),
