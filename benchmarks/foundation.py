@@ -23,8 +23,9 @@ from pathlib import Path
 
 import torch
 
-from robo.foundation import (FoundationRunConfig, Manifest, distill, evaluate_all, load_teachers, run_teachers,
+from robo.foundation import (FoundationRunConfig, Manifest, evaluate_all, load_teachers, run_teachers,
                              teacher_specs)
+from robo.foundation.dagger import distill_best
 from robo.foundation.pipeline import validator
 from robo.foundation.teachers import teacher_summary
 
@@ -49,6 +50,7 @@ def main() -> None:
     ap.add_argument("--gru-hidden", type=int, nargs="+", default=[16], help="GRU student widths (RAPTOR: 16)")
     ap.add_argument("--validation", type=int, default=0, metavar="N",
                     help="keep each student's best DAgger iteration on N validation quadrotors (0: the last)")
+    ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
     ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
                     help="also distil from these runs' done teachers (e.g. a run with another --seed)")
@@ -63,7 +65,7 @@ def main() -> None:
                     "eval_envs": 32},
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
-                   "validation_quadrotors": args.validation},
+                   "validation_quadrotors": args.validation, "restarts": args.restarts},
         "eval": {"quadrotors": args.quadrotors, "starts": args.starts}})
     t0 = time.time()
     manifest = run_teachers(cfg, args.run_dir)
@@ -86,12 +88,12 @@ def main() -> None:
         for hidden in args.gru_hidden:
             t = time.time()
             name = f"student GRU-{hidden}, {count} teachers"
-            policies[name], _ = distill("gru", teachers, quads, task, replace(cfg.dagger, gru_hidden=hidden),
-                                        validate=validator(cfg))
+            policies[name], _ = distill_best("gru", teachers, quads, task, replace(cfg.dagger, gru_hidden=hidden),
+                                             validate=validator(cfg))
             rows.append((f"  DAgger wall time, {name}", f"{time.time() - t:.0f} s"))
     teachers, quads = load_teachers(manifest)
-    policies[f"student MLP, {len(teachers)} teachers"], _ = distill("mlp", teachers, quads, task, cfg.dagger,
-                                                                    validate=validator(cfg))
+    policies[f"student MLP, {len(teachers)} teachers"], _ = distill_best("mlp", teachers, quads, task, cfg.dagger,
+                                                                         validate=validator(cfg))
     logging.info("rows so far: %s", rows)
     results = evaluate_all(cfg, policies)
     for name, m in results.items():

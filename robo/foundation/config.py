@@ -46,7 +46,8 @@ class DaggerConfig:
     ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16).
     ``validation_quadrotors`` (0: off) drawn with ``validation_seed`` from the teachers' ranges score
     the student's hover after every iteration (``eval.starts`` starts each); the best iteration's
-    student is kept."""
+    student is kept. ``restarts`` > 1 distils that many students (seeds ``seed``, ``seed + 1``, ...)
+    and keeps the one that validates best (needs validation quadrotors)."""
 
     envs_per_teacher: int = 16
     iterations: int = 10
@@ -61,6 +62,7 @@ class DaggerConfig:
     gru_hidden: int = 16
     validation_quadrotors: int = 0
     validation_seed: int = 200_000
+    restarts: int = 1
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     seed: int = 0
 
@@ -111,7 +113,7 @@ class FoundationRunConfig:
             RandomizationConfig.from_dict(dict(self.eval.randomization))
         positive = {key: _get(self, key) for key in (
             "teachers", "teacher.total_steps", "teacher.eval_envs", "ray.num_cpus", "dagger.envs_per_teacher",
-            "dagger.gru_hidden", "dagger.iterations", "dagger.steps_per_iteration", "dagger.bptt", "dagger.batch_envs",
+            "dagger.gru_hidden", "dagger.restarts", "dagger.iterations", "dagger.steps_per_iteration", "dagger.bptt", "dagger.batch_envs",
             "dagger.buffer_iterations", "eval.quadrotors", "eval.starts")}
         for key, v in positive.items():
             if not (isinstance(v, int) and v >= 1):
@@ -131,6 +133,9 @@ class FoundationRunConfig:
         if self.dagger.validation_quadrotors and self.dagger.validation_seed in (self.seed, self.eval.seed):
             raise ValueError(f"dagger.validation_seed ({self.dagger.validation_seed}) must differ from seed and "
                              f"eval.seed: validation quadrotors are neither the teachers' nor the held-out ones")
+        if self.dagger.restarts > 1 and not self.dagger.validation_quadrotors:
+            raise ValueError("dagger.restarts > 1 needs dagger.validation_quadrotors > 0 to choose among the "
+                             "students")
         if self.eval.success_radius <= 0:
             raise ValueError(f"eval.success_radius must be positive (m), got {self.eval.success_radius}")
 

@@ -9,6 +9,7 @@ its own envs visit. Envs are laid out teacher-major, so labelling is one vmapped
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -210,3 +211,28 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         for h in history:
             h["selected"] = h["iteration"] == best[1]
     return as_policy(model), history
+
+
+def validation_key(history: list[dict]) -> tuple[float, float]:
+    """(hover success, -median error) of the iteration ``distill`` kept: larger is better."""
+    h = next(h for h in history if h.get("selected"))
+    return h["validation_hover_success_rate"], -h["validation_hover_median_error_m"]
+
+
+def distill_best(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
+                 cfg: DaggerConfig, validate=None, progress=None):
+    """``distill`` ``cfg.restarts`` times (seeds ``cfg.seed``, ``cfg.seed + 1``, ...) and keep the student
+    that validates best: a recurrent student's quality depends much on DAgger's seed. Returns the
+    policy and its history (each row names its ``restart``); one restart needs no ``validate``."""
+    if cfg.restarts > 1 and validate is None:
+        raise ValueError(f"dagger.restarts={cfg.restarts} needs validation quadrotors to choose among them "
+                         f"(dagger.validation_quadrotors > 0)")
+    runs = []
+    for r in range(cfg.restarts):
+        policy, history = distill(kind, teachers, quads, task, dataclasses.replace(cfg, seed=cfg.seed + r),
+                                  progress, validate)
+        runs.append((validation_key(history) if validate else (0.0, 0.0), r, policy,
+                     [{**h, "restart": r} for h in history]))
+        log.info("dagger %s restart %d: validation %s", kind, r, runs[-1][0])
+    _, r, policy, history = max(runs, key=lambda x: (x[0], -x[1]))
+    return policy, history

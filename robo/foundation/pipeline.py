@@ -21,7 +21,7 @@ import numpy as np
 from policies.foundation import load_raptor
 from policies.mlp import MLPPolicy
 from robo.foundation.config import FoundationRunConfig
-from robo.foundation.dagger import STUDENTS, as_policy, distill, make_student
+from robo.foundation.dagger import STUDENTS, as_policy, distill_best, make_student
 from robo.foundation.evaluate import evaluate_policy, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
@@ -81,7 +81,7 @@ def run_pipeline(cfg: FoundationRunConfig, run_dir: Path, train_fn: Callable[[di
     students, timings = {}, {}
     for kind in STUDENTS:
         t = time.time()
-        policy, history = distill(kind, teachers, quads, task, cfg.dagger, validate=validator(cfg))
+        policy, history = distill_best(kind, teachers, quads, task, cfg.dagger, validate=validator(cfg))
         timings[f"dagger_{kind}_s"] = time.time() - t
         policy.save(run_dir / "students" / kind)
         write_json(run_dir / f"dagger_{kind}.json", history)

@@ -57,6 +57,7 @@ def ray_local():
     ({"teachers": 0}, "teachers must be a positive integer"),
     ({"dagger": {"gru_hidden": 0}}, "dagger.gru_hidden"),
     ({"dagger": {"validation_quadrotors": 4, "validation_seed": 100_000}}, "validation_seed"),
+    ({"dagger": {"restarts": 2}}, "restarts > 1 needs"),
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
@@ -157,6 +158,26 @@ def test_validation_keeps_the_best_dagger_iteration():
     for k, v in policy.model.state_dict().items():
         torch.testing.assert_close(v, seen[2][k])
     assert any(not torch.equal(seen[2][k], seen[3][k]) for k in seen[2])  # the last iteration differs
+
+
+def test_restarts_keep_the_student_that_validates_best():
+    """``distill_best``: ``restarts`` students with consecutive seeds, the best validated one returned."""
+    from robo.foundation.dagger import distill_best
+
+    teachers = _teachers(2)
+    quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=2)
+    calls = []
+
+    def validate(policy):  # restart 1 (calls 2-3) validates best
+        calls.append(1)
+        return {"hover_success_rate": 0.9 if len(calls) in (3, 4) else 0.1, "hover_median_error_m": 0.1}
+
+    cfg = DaggerConfig(iterations=2, steps_per_iteration=10, envs_per_teacher=2, epochs=1, bptt=10, batch_envs=4,
+                       restarts=3, seed=5)
+    policy, history = distill_best("mlp", teachers, quads, "hover", cfg, validate=validate)
+    assert len(calls) == 6 and {h["restart"] for h in history} == {1}
+    with pytest.raises(ValueError, match="needs validation"):
+        distill_best("mlp", teachers, quads, "hover", cfg)
 
 
 # Ray teachers: manifest, retry, resume ------------------------------------------------------------
