@@ -34,7 +34,7 @@ import torch
 import yaml
 
 from policies.foundation import load_raptor
-from policies.registry import load_policy
+from robo.factory import policy_by_name
 from robo.foundation.teachers import robot_entry
 from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import (FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode,
@@ -181,7 +181,7 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
     with stand_in(cfg) as lab, tempfile.TemporaryDirectory() as d:
         robot = lab.robot
         env = RobotEnv(robot, RobotEnvConfig(max_steps=200, control_period=0.0))
-        policy = load_raptor() if base == "raptor" else load_policy(base)
+        policy = policy_by_name(base)
         rng = np.random.default_rng(seed)
         jittered = lambda: np.asarray(START) + rng.uniform(-JITTER, JITTER, 3)  # noqa: E731
         person = HumanPrompt(lambda message: lab.put_back(jittered()))

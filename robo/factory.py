@@ -38,3 +38,9 @@ def make_policy(policy: dict[str, Any]) -> Policy:
             raise ValueError("policy.kind=checkpoint needs policy.path=<checkpoint folder>")
         return load_policy(policy["path"])
     raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor' or 'checkpoint'")
+
+
+def policy_by_name(name: str) -> Policy:
+    """``raptor`` (RAPTOR's released policy) or a robo checkpoint folder -> a loaded policy (the
+    ``base=`` of ``robo finetune`` and its twin gate)."""
+    return make_policy({"kind": "raptor"} if name == "raptor" else {"kind": "checkpoint", "path": name})

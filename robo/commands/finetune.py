@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hardware.drivers.px4 import PX4Robot
 from hardware.safety import SafetyConfig, SafetyLayer
-from robo.factory import make_policy
+from robo.factory import policy_by_name
 from robo.foundation.teachers import robot_entry
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode, \
     load_finetuned_actor
@@ -51,10 +51,6 @@ def open_robot(c: dict):
         yield lab.robot, HumanPrompt(lambda message: lab.put_back(start))
 
 
-def _base(name: str):
-    return make_policy({"kind": "raptor"} if name == "raptor" else {"kind": "checkpoint", "path": name})
-
-
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     torch.set_num_threads(int(cfg.threads))
     c = OmegaConf.to_container(cfg, resolve=True)
@@ -69,8 +65,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     with open_robot(c["real_robot"]) as (robot, person):
         env = RobotEnv(robot, RobotEnvConfig(hover_position=tuple(c["hover_position"]),
                                              max_steps=int(c["episode_steps"]), control_period=0.0))
-        adapter = ResidualAdapter(_base(c["base"]), float(c["residual_scale"]))
-        reset = FlyBack(_base(c["base"]), start, int(c["reset_steps"]), person) if c["reset"] == "fly_back" else person
+        adapter = ResidualAdapter(policy_by_name(c["base"]), float(c["residual_scale"]))
+        fly_back = c["reset"] == "fly_back"
+        reset = FlyBack(policy_by_name(c["base"]), start, int(c["reset_steps"]), person) if fly_back else person
         def evaluate(actor=None) -> list[dict]:  # each episode after the reset controller: comparable starts
             out = []
             for i in range(int(c["eval_episodes"])):
@@ -127,7 +124,7 @@ def _pretrain(env: RobotEnv, reset, base, directory: Path, c: dict, start):
     snapshot the twin scores best from ``start``); returns the identified parameters."""
     pre = c["twin_pretrain"]
     reset(env)
-    twin, flight = identify(env, _base(pre["identify_policy"]), pre["nominal"], int(pre["identify_steps"]),
+    twin, flight = identify(env, policy_by_name(pre["identify_policy"]), pre["nominal"], int(pre["identify_steps"]),
                             seed=int(c["seed"]))
     params = twin.calibrated_params()
     log.info("identified mass %.5f kg, thrust scale %.3f in %d real steps", params.mass,

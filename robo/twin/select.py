@@ -72,15 +72,13 @@ class TwinGate:
         """From ``LearnerConfig.twin_gate``: ``{base: raptor | <checkpoint folder>, robot: <robot config,
         e.g. the identified robot's entry>, start, scale}`` plus any optional argument (``every`` is the
         learner's: transitions between gate checks)."""
-        from robo.factory import make_policy
+        from robo.factory import policy_by_name
 
         d = {k: v for k, v in d.items() if k != "every"}
         missing = sorted({"base", "robot", "start", "scale"} - set(d))
         if missing:
             raise ValueError(f"twin_gate needs {missing}")
-        base = d.pop("base")
-        base = make_policy({"kind": "raptor"} if base == "raptor" else {"kind": "checkpoint", "path": base})
-        return cls(base, d.pop("robot"), **d)
+        return cls(policy_by_name(d.pop("base")), d.pop("robot"), **d)
 
     def __call__(self, actor) -> tuple[float, bool]:
         score = score_in_twin(self.base, {"actor": actor}, self.params, self.start, self.scale, hover=self.hover,
