@@ -1,6 +1,6 @@
 """Imitation benchmark: success, training time and inference latency of chunked policies.
 
-    python benchmarks/imitation.py --run runs/train/<time> [--run ...] [--episodes 100]
+    python benchmarks/imitation.py --run runs/train/<time> [--run ...] [--episodes 100] [--n-action-steps 8,2]
 
 Each ``--run`` is a ``robo train policy=... task=...`` run folder (its checkpoints/latest is
 read, whatever step it reached). Diffusion policies get a row per inference setting
@@ -8,6 +8,8 @@ read, whatever step it reached). Diffusion policies get a row per inference sett
 their own settings. Success is evaluated over ``--episodes`` episodes of the run's task env
 (the run's own final evaluation in metrics.json is reused when it matches the checkpoint);
 latency is the median wall time of one ``predict_chunk`` at batch 1 on this CPU (1 thread).
+``--n-action-steps`` evaluates each setting with these execution horizons (actions executed per
+chunk before replanning, an inference setting; default: the checkpoint's own).
 Prints one table.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from policies.chunked import with_execution_horizon
 from policies.registry import load_policy
 from robo.imitation import evaluate_chunked_policy
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
@@ -72,7 +75,8 @@ def variants(policy, settings):
     return out
 
 
-def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str]) -> list[dict]:
+def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str],
+                 horizons: list[int] | None = None) -> list[dict]:
     cfg = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=True)
     task = cfg["task"]
     latest = run / "checkpoints" / "latest"
@@ -87,19 +91,23 @@ def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str]) ->
     rows = []
     for label, steps, p in variants(policy, settings):
         median_ms, min_ms = chunk_latency_ms(p)
-        row = {"policy": policy.kind, "task": task["name"], "demos": cfg.get("demos") or task.get("demos"),
-               "train_steps": state["step"], "train_min": state["wall_time"] / 60, "sampler": label,
-               "inf_steps": steps, "chunk_ms": median_ms, "chunk_ms_min": min_ms, "success": float("nan"),
-               "max_cover": float("nan"), "episodes": 0}
-        if (label, steps) == own and final.get("step") == state["step"] and final.get("episodes", 0) >= episodes:
-            # the run's own final evaluation (same policy, sampler, env seeds)
-            row.update(success=final["success_rate"], max_cover=final["mean_max_reward"], episodes=final["episodes"])
-        elif f"{label}{steps}" in eval_settings or policy.kind != "diffusion":
-            m = evaluate_chunked_policy(p, task["env_id"], episodes, seed=int(task["eval"]["seed"]),
-                                        num_envs=int(task["eval"].get("num_envs", 50)),
-                                        max_steps=task["eval"].get("max_steps"), env_kwargs=task.get("env_kwargs"))
-            row.update(success=m["success_rate"], max_cover=m["mean_max_reward"], episodes=episodes)
-        rows.append(row)
+        for n_act in horizons or [policy.n_action_steps]:
+            p_n = with_execution_horizon(p, n_act)
+            row = {"policy": policy.kind, "task": task["name"], "demos": cfg.get("demos") or task.get("demos"),
+                   "train_steps": state["step"], "train_min": state["wall_time"] / 60, "sampler": label,
+                   "inf_steps": steps, "exec": n_act, "chunk_ms": median_ms, "chunk_ms_min": min_ms,
+                   "success": float("nan"), "max_cover": float("nan"), "episodes": 0}
+            if ((label, steps) == own and n_act == policy.n_action_steps and final.get("step") == state["step"]
+                    and final.get("episodes", 0) >= episodes):
+                # the run's own final evaluation (same policy, sampler, execution horizon, env seeds)
+                row.update(success=final["success_rate"], max_cover=final["mean_max_reward"],
+                           episodes=final["episodes"])
+            elif f"{label}{steps}" in eval_settings or policy.kind != "diffusion":
+                m = evaluate_chunked_policy(p_n, task["env_id"], episodes, seed=int(task["eval"]["seed"]),
+                                            num_envs=int(task["eval"].get("num_envs", 50)),
+                                            max_steps=task["eval"].get("max_steps"), env_kwargs=task.get("env_kwargs"))
+                row.update(success=m["success_rate"], max_cover=m["mean_max_reward"], episodes=episodes)
+            rows.append(row)
     return rows
 
 
@@ -108,13 +116,16 @@ def main() -> None:
     ap.add_argument("--run", type=Path, action="append", required=True, help="a robo train run folder")
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--eval", default="ddim10", help="comma list of diffusion settings to evaluate (ddim10,...)")
+    ap.add_argument("--n-action-steps", default=None,
+                    help="comma list of execution horizons to evaluate (default: the checkpoint's own)")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    horizons = [int(n) for n in args.n_action_steps.split(",")] if args.n_action_steps else None
     rows = []
     for run in args.run:
-        rows += rows_for_run(run, args.episodes, DIFFUSION_SETTINGS, set(args.eval.split(",")))
-    print_table(rows, ["policy", "task", "demos", "train_steps", "train_min", "sampler", "inf_steps", "chunk_ms",
-                       "chunk_ms_min", "success", "max_cover", "episodes"])
+        rows += rows_for_run(run, args.episodes, DIFFUSION_SETTINGS, set(args.eval.split(",")), horizons)
+    print_table(rows, ["policy", "task", "demos", "train_steps", "train_min", "sampler", "inf_steps", "exec",
+                       "chunk_ms", "chunk_ms_min", "success", "max_cover", "episodes"])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ Shapes (B environments):
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -47,3 +49,22 @@ class ChunkedPolicy(Policy, Protocol):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None: ...
+
+
+def with_execution_horizon(policy: ChunkedPolicy, n_action_steps: int) -> ChunkedPolicy:
+    """A copy of ``policy`` that executes ``n_action_steps`` actions of each chunk before replanning.
+
+    The execution (action) horizon is an inference setting: the model predicts the whole
+    ``horizon`` whatever it is, so a checkpoint can be flown with a shorter one (replanning more
+    often, more closed-loop) or a longer one. The copy shares the weights, has its own config
+    (validated: ``1 <= n_action_steps <= horizon - n_obs_steps + 1``) and empty queues; saving it
+    saves the new setting.
+    """
+    n = int(n_action_steps)
+    if n < 1 or n_action_steps != n:
+        raise ValueError(f"n_action_steps must be a positive integer, got {n_action_steps!r}")
+    config = dataclasses.replace(policy.config, n_action_steps=n)  # runs the config's own checks
+    out = copy.copy(policy)
+    out.config, out.n_action_steps = config, n
+    out.reset()
+    return out

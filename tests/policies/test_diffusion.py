@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.chunked import ChunkedPolicy
+from policies.chunked import ChunkedPolicy, with_execution_horizon
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policies.diffusion.modeling_diffusion import ema_decay
 from policies.registry import load_policy
@@ -95,6 +95,26 @@ def test_act_executes_the_planned_chunk_and_replans_per_env():
     fresh = policy.predict_chunk(obs3[1:, None].repeat(1, 2, 1), noise3[1:])[:, 1]
     old_plan = policy.predict_chunk(torch.stack([obs, obs2], dim=1), noise2)[0, 2]
     assert torch.allclose(b[1:], fresh, atol=1e-6) and torch.allclose(b[0], old_plan, atol=1e-6)
+
+
+def test_execution_horizon_is_an_inference_setting(tmp_path):
+    policy = trained_policy()
+    short = with_execution_horizon(policy, 2)
+    assert short.model is policy.model and policy.n_action_steps == 4 and short.n_action_steps == 2
+    B, obs, noise = 2, torch.randn(2, 5), torch.randn(2, 8, 2)
+    chunk = short.predict_chunk(obs[:, None].repeat(1, 2, 1), noise)
+    assert torch.equal(chunk, policy.predict_chunk(obs[:, None].repeat(1, 2, 1), noise))  # same model
+    executed = torch.stack([short.act(obs, noise=noise if k == 0 else torch.randn(B, 8, 2)) for k in range(2)], 1)
+    assert torch.allclose(executed, chunk[:, 1:3], atol=1e-6)
+    # the third action is planned anew (from the last 2 observations), not the chunk's 4th action
+    obs2, noise2 = torch.randn(B, 5), torch.randn(B, 8, 2)
+    expected = short.predict_chunk(torch.stack([obs, obs2], dim=1), noise2)[:, 1]
+    assert torch.allclose(short.act(obs2, noise=noise2), expected, atol=1e-6)
+    assert load_policy(short.save(tmp_path / "short")).n_action_steps == 2  # saved with the copy
+    with pytest.raises(ValueError, match="exceeds horizon"):
+        with_execution_horizon(policy, 8)  # n_obs_steps - 1 + 8 > horizon 8
+    with pytest.raises(ValueError, match="positive integer"):
+        with_execution_horizon(policy, 0)
 
 
 @pytest.mark.parametrize("denoiser", [{}, MLP])

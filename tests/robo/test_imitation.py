@@ -149,6 +149,19 @@ def test_cli_rejects_mismatched_task_and_policy(tmp_path):
     assert r.returncode != 0 and "choose an imitation task" in r.stderr
 
 
+def test_pusht_diffusion_replans_every_two_actions_unless_told_otherwise():
+    from hydra import compose, initialize_config_module
+
+    def n_act(*overrides):
+        with initialize_config_module("robo.configs", version_base="1.3"):
+            cfg = compose("train", overrides=list(overrides))
+        return cfg.policy.n_action_steps
+
+    assert n_act("policy=diffusion", "task=pusht") == 2  # configs/task_policy/pusht_diffusion.yaml
+    assert n_act("policy=diffusion", "task=pusht", "policy.n_action_steps=4") == 4  # the command line wins
+    assert n_act("policy=diffusion", "task=obstacle_reach") == 8 and n_act("policy=energy", "task=pusht") == 8
+
+
 class RandomPolicy:
     """Uniform random pusher targets: the baseline a trained policy must beat."""
 
