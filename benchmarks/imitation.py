@@ -91,7 +91,8 @@ def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str],
     rows = []
     for label, steps, p in variants(policy, settings):
         median_ms, min_ms = chunk_latency_ms(p)
-        for n_act in horizons or [policy.n_action_steps]:
+        evaluated = f"{label}{steps}" in eval_settings or policy.kind != "diffusion"
+        for n_act in (horizons or [policy.n_action_steps]) if evaluated else [policy.n_action_steps]:
             p_n = with_execution_horizon(p, n_act)
             row = {"policy": policy.kind, "task": task["name"], "demos": cfg.get("demos") or task.get("demos"),
                    "train_steps": state["step"], "train_min": state["wall_time"] / 60, "sampler": label,
@@ -102,7 +103,7 @@ def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str],
                 # the run's own final evaluation (same policy, sampler, execution horizon, env seeds)
                 row.update(success=final["success_rate"], max_cover=final["mean_max_reward"],
                            episodes=final["episodes"])
-            elif f"{label}{steps}" in eval_settings or policy.kind != "diffusion":
+            elif evaluated:
                 m = evaluate_chunked_policy(p_n, task["env_id"], episodes, seed=int(task["eval"]["seed"]),
                                             num_envs=int(task["eval"].get("num_envs", 50)),
                                             max_steps=task["eval"].get("max_steps"), env_kwargs=task.get("env_kwargs"))

@@ -1,7 +1,7 @@
 """Steering benchmark: DSRL vs residual SAC vs SAC from scratch on one env-step budget.
 
     python benchmarks/steer.py --base <chunked policy checkpoint> --task obstacle_reach \
-        --budget 20000 --episodes 100 [--methods dsrl,residual_sac,sac_actions]
+        --budget 20000 --episodes 100 [--methods dsrl,residual_sac,sac_actions] [--n-action-steps 4]
 
 The base policy (a deliberately weak diffusion policy, e.g. ``robo train policy=diffusion
 task=pusht demos=20 policy.train.steps=...``) is evaluated first with N(0, I) noise through the
@@ -10,7 +10,8 @@ chunked evaluation path, and with zero noise. Each method then trains with SAC (
 episodes; the final evaluation uses ``--episodes`` episodes with the same env seeds as the base
 (for DSRL through the exported steered policy, i.e. the ordinary evaluation path). Prints one
 table: final success, and the env steps of the first training evaluation at or above
-``--target`` success.
+``--target`` success. ``--n-action-steps`` sets the base's execution horizon (actions per chunk,
+so per steering decision) for everything, the base's own evaluation included.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from policies.chunked import with_execution_horizon
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.steer.command import algo_config, task_env_factory
@@ -80,12 +82,16 @@ def main() -> None:
     ap.add_argument("--methods", default="dsrl,dsrl_na,residual_sac,sac_actions")
     ap.add_argument("--set", action="append", help="algo override for every method, e.g. kwargs.gradient_steps=2")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-action-steps", type=int, default=None,
+                    help="the base's execution horizon (default: its checkpoint's)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_steer"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     task = OmegaConf.to_container(OmegaConf.load(CONFIGS / "task" / f"{args.task}.yaml"), resolve=True)
     base = load_policy(args.base)
+    if args.n_action_steps is not None:
+        base = with_execution_horizon(base, args.n_action_steps)
     m = evaluate_chunked_policy(base, task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
                                 env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
     z = evaluate_chunked_policy(ZeroNoise(base), task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
