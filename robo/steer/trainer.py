@@ -31,6 +31,7 @@ from policies.steered import SteeredConfig, SteeredPolicy
 from robo.rl.asymmetric import export_actor
 from robo.rl.callbacks import DivergenceError, parameters_finite
 
+from .critics import LayerNormCriticSACPolicy
 from .dsrl_na import DSRLNA, DSRLNAConfig
 from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv
 
@@ -188,7 +189,8 @@ class SteerTrainer:
             return DSRLNA(self.envs[0], DSRLNAConfig(**(a.get("dsrl_na") or {})), seed=int(self.c["seed"]))
         pk = dict(a.get("policy_kwargs") or {})
         pk["activation_fn"] = ACTIVATIONS[a.get("activation", "relu")]
-        model = SteerSAC("MlpPolicy", self.venv, policy_kwargs=pk, seed=int(self.c["seed"]), verbose=0,
+        policy = LayerNormCriticSACPolicy if a.get("critic_layer_norm", False) else "MlpPolicy"
+        model = SteerSAC(policy, self.venv, policy_kwargs=pk, seed=int(self.c["seed"]), verbose=0,
                          tensorboard_log=str(self.run_dir / "tensorboard"), **(a.get("kwargs") or {}))
         warmup = a.get("warmup", "uniform")
         if warmup not in WARMUPS:

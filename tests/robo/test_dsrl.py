@@ -58,6 +58,28 @@ def test_dsrl_raises_success_over_the_base_on_the_same_seeds(tmp_path, weak_base
     assert best.kind == "steered" and success(best) >= min(0.95, base_success + 0.25)
 
 
+def test_layer_norm_critics_train_save_and_resume(tmp_path, weak_base):
+    from robo.steer.critics import has_layer_norm
+
+    c = {"algo": algo_config("dsrl", ["critic_layer_norm=true", "kwargs.learning_starts=20", "kwargs.gradient_steps=1",
+                                      "policy_kwargs.net_arch=[32,32]"]),
+         "total_env_steps": 200, "num_envs": 1, "seed": 0, "eval_every": 200, "checkpoint_every": 200,
+         "eval": {"episodes": 2, "episodes_during_training": 2, "seed": EVAL_SEED}}
+    trainer = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
+    trainer.train()
+    critic, target = trainer.model.policy.critic, trainer.model.policy.critic_target
+    assert has_layer_norm(critic) and has_layer_norm(target) and not has_layer_norm(trainer.model.policy.actor)
+    optimized = {id(p) for g in critic.optimizer.param_groups for p in g["params"]}
+    assert all(id(p) in optimized for p in critic.parameters())  # the new layers are the ones trained
+    norm = critic.qf0[1]
+    assert isinstance(norm, torch.nn.LayerNorm) and not torch.allclose(norm.weight, torch.ones_like(norm.weight))
+    c["total_env_steps"] = 300
+    resumed = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
+    resumed.train(resume=True)
+    assert has_layer_norm(resumed.model.policy.critic) and resumed.env_steps >= 300
+    assert load_policy(tmp_path / "checkpoints" / "latest" / "policy").kind == "steered"
+
+
 def _na(base, **cfg) -> DSRLNA:
     env = LatentNoiseEnv(gym.make(TOY), base, noise_bound=1.0, reward="success", reward_offset=1.0,
                          failure_reward=-60.0)
