@@ -8,7 +8,6 @@ the features, so Q stays near the values it has seen.
 
 from __future__ import annotations
 
-import torch
 from stable_baselines3.common.policies import ContinuousCritic
 from stable_baselines3.sac.policies import SACPolicy
 from torch import nn
@@ -37,7 +36,3 @@ class LayerNormCriticSACPolicy(SACPolicy):
             setattr(critic, f"qf{i}", q)  # replaces the registered module
             critic.q_networks[i] = q
         return critic
-
-
-def has_layer_norm(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, nn.LayerNorm) for m in module.modules())

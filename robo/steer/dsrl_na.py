@@ -33,6 +33,7 @@ from torch import nn
 from policies.steered import SteeredConfig, SteeredPolicy
 from policies.steered.modeling_steered import check_base, make_noise_actor
 
+from .critics import layer_norm_mlp
 from .envs import LatentNoiseEnv, executed_actions
 
 
@@ -59,11 +60,7 @@ class DSRLNAConfig:
 
 def critic(in_dim: int, hidden: list[int]) -> nn.Module:
     """in_dim -> [Linear -> LayerNorm -> ReLU] * len(hidden) -> 1."""
-    layers, d = [], in_dim
-    for h in hidden:
-        layers += [nn.Linear(d, h), nn.LayerNorm(h), nn.ReLU()]
-        d = h
-    return nn.Sequential(*layers, nn.Linear(d, 1))
+    return layer_norm_mlp(in_dim, hidden)
 
 
 class TwinQ(nn.Module):

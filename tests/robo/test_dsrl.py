@@ -59,7 +59,8 @@ def test_dsrl_raises_success_over_the_base_on_the_same_seeds(tmp_path, weak_base
 
 
 def test_layer_norm_critics_train_save_and_resume(tmp_path, weak_base):
-    from robo.steer.critics import has_layer_norm
+    def has_layer_norm(module):
+        return any(isinstance(m, torch.nn.LayerNorm) for m in module.modules())
 
     c = {"algo": algo_config("dsrl", ["critic_layer_norm=true", "kwargs.learning_starts=20", "kwargs.gradient_steps=1",
                                       "policy_kwargs.net_arch=[32,32]"]),
