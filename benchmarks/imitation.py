@@ -93,7 +93,6 @@ def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str],
         median_ms, min_ms = chunk_latency_ms(p)
         evaluated = f"{label}{steps}" in eval_settings or policy.kind != "diffusion"
         for n_act in (horizons or [policy.n_action_steps]) if evaluated else [policy.n_action_steps]:
-            p_n = with_execution_horizon(p, n_act)
             row = {"policy": policy.kind, "task": task["name"], "demos": cfg.get("demos") or task.get("demos"),
                    "train_steps": state["step"], "train_min": state["wall_time"] / 60, "sampler": label,
                    "inf_steps": steps, "exec": n_act, "chunk_ms": median_ms, "chunk_ms_min": min_ms,
@@ -104,9 +103,10 @@ def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str],
                 row.update(success=final["success_rate"], max_cover=final["mean_max_reward"],
                            episodes=final["episodes"])
             elif evaluated:
-                m = evaluate_chunked_policy(p_n, task["env_id"], episodes, seed=int(task["eval"]["seed"]),
-                                            num_envs=int(task["eval"].get("num_envs", 50)),
-                                            max_steps=task["eval"].get("max_steps"), env_kwargs=task.get("env_kwargs"))
+                e = task["eval"]
+                m = evaluate_chunked_policy(with_execution_horizon(p, n_act), task["env_id"], episodes,
+                                            seed=int(e["seed"]), num_envs=int(e.get("num_envs", 50)),
+                                            max_steps=e.get("max_steps"), env_kwargs=task.get("env_kwargs"))
                 row.update(success=m["success_rate"], max_cover=m["mean_max_reward"], episodes=episodes)
             rows.append(row)
     return rows
