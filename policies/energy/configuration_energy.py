@@ -53,6 +53,9 @@ class EnergyConfig(ChunkConfig):
     ``(1 - hypothesis_mix) * min_m + hypothesis_mix * mean_m`` (relaxed winner-takes-all), so
     different guesses may settle in different modes instead of their average; the guess then
     selects the mode, which is what steering needs.
+    ``objective="energy_score"`` replaces that regression by the energy score over the M samples
+    of each demo (a proper scoring rule: it rewards matching the demos' distribution, so
+    different guesses land in different modes by construction; needs M >= 2 and noise guesses).
     ``contrastive_weight`` > 0 adds an InfoNCE term (demo vs. ``n_negatives`` uniform chunks)
     that keeps the energy low at demonstrations, so the final energy is a usable uncertainty.
     """
@@ -71,6 +74,7 @@ class EnergyConfig(ChunkConfig):
     init_std: float = 1.0  # std of the random initial guesses in training
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise
     loss_on: str = "all"  # all | last
+    objective: str = "regression"  # regression (MSE / winner-takes-all) | energy_score (needs n_hypotheses >= 2)
     n_hypotheses: int = 1  # initial guesses per demo in training; > 1: relaxed winner-takes-all loss
     hypothesis_mix: float = 0.1  # weight of the mean (vs. the min) over hypotheses
     contrastive_weight: float = 0.1
@@ -93,6 +97,11 @@ class EnergyConfig(ChunkConfig):
         if self.n_hypotheses < 1 or not 0 <= self.hypothesis_mix <= 1:
             raise ValueError(f"need n_hypotheses >= 1 and 0 <= hypothesis_mix <= 1, got {self.n_hypotheses}, "
                              f"{self.hypothesis_mix}")
+        if self.objective not in ("regression", "energy_score"):
+            raise ValueError(f"unknown objective {self.objective!r}; choose 'regression' or 'energy_score'")
+        if self.objective == "energy_score" and self.n_hypotheses < 2:
+            raise ValueError(f"objective='energy_score' compares samples: needs n_hypotheses >= 2, "
+                             f"got {self.n_hypotheses}")
         if self.loss_on not in ("all", "last"):
             raise ValueError(f"unknown loss_on {self.loss_on!r}; choose 'all' or 'last'")
 

@@ -105,6 +105,22 @@ def hypothesis_loss(chunk: torch.Tensor, target: torch.Tensor, m: int, mix: floa
     return err.mean() if m == 1 else (1 - mix) * err.min(dim=1).values.mean() + mix * err.mean()
 
 
+def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float = 1e-8) -> torch.Tensor:
+    """Energy score (Gneiting & Raftery 2007), a strictly proper scoring rule for samples:
+    chunk (B * m, H, A) holds m samples per demo, target (B * m, H, A) the demo repeated m times ->
+    ``mean_b [ mean_m |x_m - y| - 1 / (2 m (m - 1)) sum_{m != m'} |x_m - x_m'| ]`` (Euclidean norms
+    over the flattened chunk). Its minimizer is the demos' conditional distribution, not their mean:
+    the second term pays for spread, so samples from different initial guesses cover the modes."""
+    if m < 2:
+        raise ValueError(f"the energy score needs >= 2 samples per demo, got n_hypotheses={m}")
+    x = chunk.flatten(1).view(-1, m, chunk[0].numel())  # (B, m, H * A)
+    y = target.flatten(1).view(-1, m, x.shape[-1])[:, :1]  # (B, 1, H * A)
+    fit = ((x - y).pow(2).sum(-1) + eps).sqrt().mean(1)  # (B,)
+    i, j = torch.triu_indices(m, m, offset=1)
+    spread = ((x[:, i] - x[:, j]).pow(2).sum(-1) + eps).sqrt().mean(1)  # (B,) mean over unordered pairs
+    return (fit - 0.5 * spread).mean()
+
+
 def energy_of_candidates(model: nn.Module, obs_n: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
     """obs_n (B, T, O), chunks (B, N, H, A) -> energies (B, N), one batched forward."""
     b, n = chunks.shape[:2]
@@ -141,7 +157,10 @@ class EnergyPolicy(ChunkPolicyBase):
         obs_m, target = obs_n.repeat_interleave(m, 0), action_n.repeat_interleave(m, 0)  # (B * M, ...)
         init = (cfg.init_std * torch.randn_like(target)).clamp(-1.0, 1.0)
         chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True)
-        errors = torch.stack([hypothesis_loss(c, target, m, cfg.hypothesis_mix) for c in chunks])
+        if cfg.objective == "energy_score":
+            errors = torch.stack([energy_score(c, target, m) for c in chunks])
+        else:
+            errors = torch.stack([hypothesis_loss(c, target, m, cfg.hypothesis_mix) for c in chunks])
         if cfg.loss_on == "last":
             loss = errors[-1]
         else:  # weights 1..K normalized: later steps count more, every step must make progress

@@ -22,6 +22,16 @@ def _factory(env: str | EnvFactory, env_kwargs: dict | None) -> EnvFactory:
     return env
 
 
+def policy_observation(obs):
+    """An env observation -> what the chunked policies take. Pixel observations
+    ``{"agent_pos": (2,), "pixels": (H, W, 3) uint8}`` (push-T's ``pixels_agent_pos``) become
+    ``{"state": (2,), "image": (3, H, W) float32 in [0, 1]}``; anything else passes through."""
+    if isinstance(obs, dict) and "pixels" in obs:
+        image = np.ascontiguousarray(obs["pixels"].transpose(2, 0, 1)) / 255.0
+        return {"state": obs["agent_pos"], "image": image}
+    return obs
+
+
 def _stack(obs_list: list) -> np.ndarray | dict[str, np.ndarray]:
     if isinstance(obs_list[0], dict):
         return {k: np.stack([o[k] for o in obs_list]).astype(np.float32) for k in obs_list[0]}
@@ -37,12 +47,12 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
     reset with seed ``seed + i``. Success is
     ``info["is_success"]`` at the last step. The policy's initial noise for episode i comes from a
     generator seeded with ``seed + i``, so results do not depend on ``num_envs`` and the global RNG
-    is left alone. ``obs_fn`` maps an env observation to the policy's
-    (e.g. an image layout change). Returns success_rate, mean_max_reward, mean_return,
+    is left alone. ``obs_fn`` maps an env observation to the policy's (default
+    ``policy_observation``: pixel dicts become ``{"state", "image"}``). Returns success_rate, mean_max_reward, mean_return,
     mean_length, episodes; writes ``video_path`` (mp4 of episode 0) when given.
     """
     make = _factory(env, env_kwargs)
-    obs_fn = obs_fn or (lambda o: o)
+    obs_fn = obs_fn or policy_observation
     successes, max_rewards, returns, lengths, frames = [], [], [], [], []
     for first in range(0, episodes, num_envs):
         n = min(num_envs, episodes - first)

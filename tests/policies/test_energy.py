@@ -228,3 +228,44 @@ def test_relaxed_winner_takes_all_loss():
     loss = policy.compute_loss(toy_batch(4, policy.horizon, torch.Generator().manual_seed(0)))
     loss.backward()
     assert torch.isfinite(loss) and policy.model.log_step_size.grad is not None
+
+
+def test_energy_score_loss_rewards_spread():
+    from policies.energy.modeling_energy import energy_score
+
+    target = torch.zeros(2, 3, 2)  # 1 demo (all zeros), 2 samples: spread (+1, -1) vs. collapsed (0, 0)
+    spread = torch.stack([torch.ones(3, 2), -torch.ones(3, 2)])
+    collapsed = torch.zeros(2, 3, 2)
+    norm = 6 ** 0.5
+    assert energy_score(spread, target, 2).item() == pytest.approx(norm - 0.5 * 2 * norm, abs=1e-4)
+    assert energy_score(collapsed, target, 2).item() == pytest.approx(0.0, abs=1e-3)
+    with pytest.raises(ValueError, match="n_hypotheses"):
+        EnergyConfig(objective="energy_score", n_hypotheses=1).validate()
+
+
+def _bimodal_fractions(objective: str, n_hypotheses: int) -> tuple[float, float, float]:
+    """Train on demos that go to +0.7 or -0.7 (one fixed observation); fractions of 200 chunks
+    descended from noise that land near +0.7, near -0.7, and in between."""
+    torch.manual_seed(0)
+    policy = energy_policy(objective=objective, n_hypotheses=n_hypotheses, loss_on="last", default_init="noise")
+    policy.set_normalization({"obs": STATS["obs"], "action": {"min": -torch.ones(2), "max": torch.ones(2)}})
+    opt = torch.optim.Adam(policy.model.parameters(), 3e-3)
+    policy.model.train()
+    for _ in range(500):
+        sign = torch.randint(0, 2, (64, 1, 1)) * 2 - 1.0
+        loss = policy.compute_loss({"obs": torch.zeros(64, policy.n_obs_steps, 2),
+                                    "action": 0.7 * sign.expand(-1, policy.horizon, 2)})
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    policy.model.eval()
+    mean = policy.predict_chunk(torch.zeros(200, policy.n_obs_steps, 2)).mean((1, 2))
+    fractions = (mean > 0.4, mean < -0.4, mean.abs() < 0.4)
+    return tuple(f.float().mean().item() for f in fractions)
+
+
+def test_energy_score_descends_into_both_modes_where_regression_averages():
+    up, down, between = _bimodal_fractions("energy_score", 4)
+    assert up > 0.25 and down > 0.25 and between < 0.15, (up, down, between)
+    up, down, between = _bimodal_fractions("regression", 1)
+    assert between > 0.9, (up, down, between)  # MSE from independent guesses learns the mean, 0

@@ -160,6 +160,24 @@ def test_pusht_diffusion_replans_every_two_actions_unless_told_otherwise():
     assert n_act("policy=diffusion", "task=pusht") == 2  # configs/task_policy/pusht_diffusion.yaml
     assert n_act("policy=diffusion", "task=pusht", "policy.n_action_steps=4") == 4  # the command line wins
     assert n_act("policy=diffusion", "task=obstacle_reach") == 8 and n_act("policy=energy", "task=pusht") == 8
+    assert n_act("policy=diffusion", "task=pusht_image") == 2  # pusht_image_diffusion.yaml includes it
+
+
+def test_image_pusht_policy_runs_in_the_pixel_env():
+    from robo.imitation.evaluate import policy_observation
+
+    obs = {"agent_pos": np.array([0.1, -0.2], np.float32), "pixels": np.full((96, 96, 3), 255, np.uint8)}
+    mapped = policy_observation(obs)
+    assert mapped["image"].shape == (3, 96, 96) and mapped["image"].max() == 1.0
+    assert mapped["state"].tolist() == pytest.approx([0.1, -0.2])
+    assert policy_observation(np.zeros(5)).shape == (5,)  # state observations pass through
+    policy = DiffusionPolicy(DiffusionConfig(**{**TOY, "image_shape": [3, 96, 96], "encoder_channels": [8, 16],
+                                                "spatial_keypoints": 4, "image_feature_dim": 8}))
+    policy.set_normalization({"obs": {"min": -0.3 * torch.ones(2), "max": 0.3 * torch.ones(2)},
+                              "action": {"min": -0.25 * torch.ones(2), "max": 0.25 * torch.ones(2)}})
+    m = evaluate_chunked_policy(policy, "robo/PushT-v0", episodes=2, num_envs=2, max_steps=5,
+                                env_kwargs={"obs_type": "pixels_agent_pos", "render_mode": None})
+    assert m["episodes"] == 2 and m["mean_length"] == 5 and 0 <= m["mean_max_reward"] <= 1
 
 
 class RandomPolicy:
