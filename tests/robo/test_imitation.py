@@ -159,7 +159,8 @@ def test_pusht_diffusion_replans_every_two_actions_unless_told_otherwise():
 
     assert n_act("policy=diffusion", "task=pusht") == 2  # configs/task_policy/pusht_diffusion.yaml
     assert n_act("policy=diffusion", "task=pusht", "policy.n_action_steps=4") == 4  # the command line wins
-    assert n_act("policy=diffusion", "task=obstacle_reach") == 8 and n_act("policy=energy", "task=pusht") == 8
+    assert n_act("policy=diffusion", "task=obstacle_reach") == 8 and n_act("policy=energy", "task=obstacle_reach") == 8
+    assert n_act("policy=energy", "task=pusht") == 2  # pusht_energy.yaml: energy score, 8-action chunks
     assert n_act("policy=diffusion", "task=pusht_image") == 2  # pusht_image_diffusion.yaml includes it
 
 
