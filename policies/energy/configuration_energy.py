@@ -75,7 +75,7 @@ class EnergyConfig(ChunkConfig):
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise
     loss_on: str = "all"  # all | last
     objective: str = "regression"  # regression (MSE / winner-takes-all) | energy_score (needs n_hypotheses >= 2)
-    n_hypotheses: int = 1  # initial guesses per demo in training; > 1: relaxed winner-takes-all loss
+    n_hypotheses: int = 1  # guesses per demo in training: winner-takes-all (regression, > 1) or energy-score samples
     hypothesis_mix: float = 0.1  # weight of the mean (vs. the min) over hypotheses
     contrastive_weight: float = 0.1
     n_negatives: int = 16

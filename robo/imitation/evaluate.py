@@ -48,8 +48,9 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
     ``info["is_success"]`` at the last step. The policy's initial noise for episode i comes from a
     generator seeded with ``seed + i``, so results do not depend on ``num_envs`` and the global RNG
     is left alone. ``obs_fn`` maps an env observation to the policy's (default
-    ``policy_observation``: pixel dicts become ``{"state", "image"}``). Returns success_rate, mean_max_reward, mean_return,
-    mean_length, episodes; writes ``video_path`` (mp4 of episode 0) when given.
+    ``policy_observation``: pixel dicts become ``{"state", "image"}``). Returns success_rate,
+    mean_max_reward, mean_return, mean_length, episodes; writes ``video_path`` (mp4 of episode 0)
+    when given.
     """
     make = _factory(env, env_kwargs)
     obs_fn = obs_fn or policy_observation
