@@ -28,6 +28,7 @@ from robo.foundation import (FoundationRunConfig, Manifest, evaluate_all, load_t
 from robo.foundation.dagger import distill_best
 from robo.foundation.pipeline import validator
 from robo.foundation.teachers import teacher_summary
+from robo.foundation.trim import trim_record
 
 COLUMNS = ("hover_success_rate", "hover_median_error_m", "hover_mean_error_m", "hover_crash_rate",
            "figure_eight_rmse_m", "figure_eight_crash_rate", "push_recovery_rate")
@@ -54,6 +55,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
     ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
                     help="also distil from these runs' done teachers (e.g. a run with another --seed)")
+    ap.add_argument("--trim", action=argparse.BooleanOptionalAction, default=True,
+                    help="remove each teacher's steady hover offset on its own quadrotor before DAgger")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO)
@@ -62,7 +65,7 @@ def main() -> None:
         "teachers": args.teachers, "seed": args.seed,
         "teacher": {"total_steps": args.steps, "eval_every": min(args.eval_every, args.steps),
                     "checkpoint_every": max(args.steps // 2, 1),
-                    "eval_envs": 32},
+                    "eval_envs": 32, "trim": args.trim},
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
                    "validation_quadrotors": args.validation, "restarts": args.restarts},
@@ -71,29 +74,32 @@ def main() -> None:
     manifest = run_teachers(cfg, args.run_dir)
     rows = [(f"teachers: {args.teachers} x {args.steps} env steps, Ray num_cpus={args.num_cpus}",
              f"{time.time() - t0:.0f} s this call (0 if all were in the manifest)")]
-    for t in manifest.done():
-        s = t["score"]
-        rows.append((f"  teacher {t['index']} ({t['mass']:.3f} kg) on its own quad",
-                     f"{t['wall_s']:.0f} s wall, median error {s['final_median_position_error']:.3f} m, "
-                     f"crashes {int(s['crashes'])}/{int(s['num_envs'])}"))
     if args.pool:
         manifest = Manifest.pooled([manifest, *(Manifest.load(d / "manifest.json") for d in args.pool)])
+    all_teachers, all_quads = load_teachers(manifest, trim=args.trim)  # trims each teacher once (trim.json)
+    for t in manifest.done():
+        s, trim = t["score"], trim_record(t) if args.trim else None
+        rows.append((f"  teacher {t['index']} ({t['mass']:.3f} kg) on its own quad",
+                     f"{t['wall_s']:.0f} s wall, median error {s['final_median_position_error']:.3f} m, "
+                     f"crashes {int(s['crashes'])}/{int(s['num_envs'])}"
+                     + (f"; trimmed {trim['median_error_m']:.3f} -> {trim['trimmed_median_error_m']:.3f} m"
+                        if trim else "")))
+    if args.pool:
         rows.append((f"  pooled with {', '.join(map(str, args.pool))}", f"{len(manifest.done())} teachers"))
     summary = teacher_summary(manifest)
     rows.append(("  wall time per teacher (mean)", f"{summary['teacher_wall_s_mean']:.0f} s"))
     task = teacher_specs(cfg, args.run_dir)[0]["config"]["task"]
     policies = {}
     for count in sorted(set(args.counts)):
-        teachers, quads = load_teachers(manifest, count)
+        teachers, quads = load_teachers(manifest, count, trim=args.trim)
         for hidden in args.gru_hidden:
             t = time.time()
             name = f"student GRU-{hidden}, {count} teachers"
             policies[name], _ = distill_best("gru", teachers, quads, task, replace(cfg.dagger, gru_hidden=hidden),
                                              validate=validator(cfg))
             rows.append((f"  DAgger wall time, {name}", f"{time.time() - t:.0f} s"))
-    teachers, quads = load_teachers(manifest)
-    policies[f"student MLP, {len(teachers)} teachers"], _ = distill_best("mlp", teachers, quads, task, cfg.dagger,
-                                                                         validate=validator(cfg))
+    policies[f"student MLP, {len(all_teachers)} teachers"], _ = distill_best("mlp", all_teachers, all_quads, task,
+                                                                             cfg.dagger, validate=validator(cfg))
     logging.info("rows so far: %s", rows)
     results = evaluate_all(cfg, policies)
     for name, m in results.items():

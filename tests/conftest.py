@@ -12,3 +12,12 @@ def _seed_everything():
     torch.manual_seed(0)
     np.random.seed(0)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny nets: one torch thread is fastest, and spinning OpenMP threads crawl on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -26,13 +26,16 @@ class RayConfig:
 @dataclass
 class TeacherConfig:
     """One RL run per quadrotor: ``configs/train.yaml`` with ``overrides`` (Hydra syntax, e.g.
-    ``["algo=td3", "curriculum=l2f"]``), the robot replaced by the sampled quadrotor."""
+    ``["algo=td3", "curriculum=l2f"]``), the robot replaced by the sampled quadrotor. ``trim``: before
+    distillation, remove each teacher's steady-state hover offset on its own quadrotor
+    (``robo.foundation.trim``)."""
 
     overrides: list[str] = field(default_factory=list)
     total_steps: int = 300_000
     eval_every: int = 50_000
     checkpoint_every: int = 50_000
     eval_envs: int = 64
+    trim: bool = True
 
 
 @dataclass

@@ -25,6 +25,7 @@ from robo.foundation.dagger import STUDENTS, as_policy, distill_best, make_stude
 from robo.foundation.evaluate import evaluate_policy, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
+from robo.foundation.trim import load_trimmed
 from robo.run_dir import atomic_write_text, write_json
 from sims.envs import make_robot
 from sims.quadrotor.params import QuadrotorParams
@@ -32,15 +33,20 @@ from sims.quadrotor.params import QuadrotorParams
 log = logging.getLogger(__name__)
 
 
-def load_teachers(manifest: Manifest, count: int | None = None) -> tuple[list[MLPPolicy], list[QuadrotorParams]]:
+def load_teachers(manifest: Manifest, count: int | None = None,
+                  trim: bool = False) -> tuple[list[MLPPolicy], list[QuadrotorParams]]:
     """The done teachers' policies and quadrotors; ``count`` picks that many spread evenly over
-    the (mass-sorted) list, so a subset still spans the mass range."""
+    the (mass-sorted) list, so a subset still spans the mass range. ``trim``: each teacher trimmed on
+    its own quadrotor (``robo.foundation.trim``; measured once per teacher, then read back)."""
     done = sorted(manifest.done(), key=lambda t: t["mass"])
     if count is not None:
         if not 1 <= count <= len(done):
             raise ValueError(f"asked for {count} teachers, {len(done)} are done")
         done = [done[i] for i in np.unique(np.linspace(0, len(done) - 1, count).round().astype(int))]
-    return [MLPPolicy.load(t["checkpoint"]) for t in done], [make_robot(t["robot"]) for t in done]
+    policies, quads = [MLPPolicy.load(t["checkpoint"]) for t in done], [make_robot(t["robot"]) for t in done]
+    if trim:
+        policies = [load_trimmed(t, p, q) for t, p, q in zip(done, policies, quads)]
+    return policies, quads
 
 
 def validator(cfg: FoundationRunConfig):
@@ -76,7 +82,7 @@ def run_pipeline(cfg: FoundationRunConfig, run_dir: Path, train_fn: Callable[[di
     t0 = time.time()
     manifest = run_teachers(cfg, run_dir, train_fn)
     teacher_wall = time.time() - t0
-    teachers, quads = load_teachers(manifest)
+    teachers, quads = load_teachers(manifest, trim=cfg.teacher.trim)
     task = teacher_specs(cfg, run_dir)[0]["config"]["task"]
     students, timings = {}, {}
     for kind in STUDENTS:

@@ -35,13 +35,7 @@ def tiny_config(teachers: int = 2, steps: int = 3000, **sections) -> FoundationR
     return FoundationRunConfig.from_dict(d)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny nets: one thread is fastest, and spinning OpenMP threads crawl on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
