@@ -67,9 +67,17 @@ def clip_per_sample(g: torch.Tensor, max_norm: float | None) -> torch.Tensor:
     return g * (max_norm / norm).clamp(max=1.0).view(-1, *([1] * (g.ndim - 1)))
 
 
+def straight_through_clamp(a: torch.Tensor) -> torch.Tensor:
+    """``clamp(a, -1, 1)`` in the forward pass, identity in the backward pass. A hard clamp has zero
+    gradient outside the box, so a chunk that overshot the action bounds would teach the model
+    nothing; with this, training still sees how far it overshot and pulls it back."""
+    return a + (a.clamp(-1.0, 1.0) - a).detach()
+
+
 def descend(model: EnergyTransformer, obs_n: torch.Tensor, init: torch.Tensor, n_steps: int,
             grad_clip: float | None = None, create_graph: bool = False) -> list[torch.Tensor]:
-    """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE/da), -1, 1)``.
+    """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE/da), -1, 1)``, the clamp
+    straight-through (``straight_through_clamp``) so that saturated actions still get gradients.
 
     obs_n (B, T, obs_dim), init (B, H, A) -> [a_1, ..., a_n_steps], each (B, H, A). With
     ``create_graph`` the steps stay differentiable w.r.t. the model (training); otherwise
@@ -85,7 +93,7 @@ def descend(model: EnergyTransformer, obs_n: torch.Tensor, init: torch.Tensor, n
                 a = a.detach().requires_grad_(True)
             energy = model(obs_n, a)
             (grad,) = torch.autograd.grad(energy.sum(), a, create_graph=create_graph)
-            a = (a - model.step_size * clip_per_sample(grad, grad_clip)).clamp(-1.0, 1.0)
+            a = straight_through_clamp(a - model.step_size * clip_per_sample(grad, grad_clip))
             if not create_graph:
                 a = a.detach()
             chunks.append(a)

