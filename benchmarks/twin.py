@@ -42,7 +42,7 @@ from robo.real.finetune import (FinetuneConfig, FlyBack, HumanPrompt, ResidualAd
 from robo.real.learner import LearnerConfig, load_snapshots
 from robo.twin import StandInConfig, evaluate_in_twin, hover_scores, perturbed, stand_in, stand_in_robot
 from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
-from robo.twin.select import best_in_twin
+from robo.twin.select import TwinGate, best_in_twin
 from sims.twin import DigitalTwin
 
 START = (0.2, -0.2, 1.1)
@@ -196,8 +196,8 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
             # the reward's hover command (and the first observation's action) from the identified robot
             env = RobotEnv(robot, replace(env.config, robot=robot_entry(identified, "crazyflie")))
             if gate is not None:
-                learner = replace(learner, twin_gate={"base": base, "robot": robot_entry(identified, "crazyflie"),
-                                                      "start": START, "scale": residual_scale, "tolerance": gate})
+                learner = replace(learner, twin_gate=TwinGate.config(base, robot_entry(identified, "crazyflie"), START,
+                                                                     residual_scale, gate))
         s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale, seed=seed,
                                                      learner=asdict(learner)), reset=reset)
         train_faults, train_wall = _faults(robot), time.monotonic() - t0

@@ -22,7 +22,7 @@ from robo.real.learner import LATEST, LearnerConfig, load_snapshots
 from robo.real.robot_env import RobotEnv, RobotEnvConfig
 from robo.run_dir import write_json, write_resolved_config
 from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
-from robo.twin.select import best_in_twin
+from robo.twin.select import TwinGate, best_in_twin
 from robo.twin.standin import StandInConfig, stand_in
 
 log = logging.getLogger(__name__)
@@ -89,9 +89,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             entry = json.loads(identified.read_text())
             env = RobotEnv(robot, replace(env.config, robot=entry))
             if gate["tolerance"] is not None:
-                c["learner"]["twin_gate"] = {"base": c["base"], "robot": entry, "start": start,
-                                             "hover": tuple(c["hover_position"]), "scale": float(c["residual_scale"]),
-                                             "tolerance": float(gate["tolerance"]), "every": int(gate["every"])}
+                c["learner"]["twin_gate"] = TwinGate.config(c["base"], entry, start, c["residual_scale"],
+                                                            gate["tolerance"], hover=tuple(c["hover_position"]),
+                                                            every=int(gate["every"]))
         summary = finetune(env, adapter, folder,
                            FinetuneConfig(total_steps=int(c["total_steps"]), residual_scale=float(c["residual_scale"]),
                                           seed=int(c["seed"]), learner=dict(c["learner"])), reset=reset)

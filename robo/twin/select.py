@@ -67,6 +67,15 @@ class TwinGate:
         self.tolerance, self.hover, self.steps, self.starts = float(tolerance), tuple(hover), int(steps), int(starts)
         self.best = np.inf
 
+    @staticmethod
+    def config(base: str, robot: dict, start: Sequence[float], scale: float, tolerance: float,
+               **optional) -> dict:
+        """The ``LearnerConfig.twin_gate`` dict that ``from_config`` reads: ``base`` (raptor or a
+        checkpoint folder), ``robot`` (a robot entry, e.g. the identified one), ``start`` (m), residual
+        ``scale``, ``tolerance``; ``optional`` (``hover``, ``steps``, ``starts``, ``every``) where not None."""
+        return {"base": base, "robot": robot, "start": tuple(start), "scale": float(scale),
+                "tolerance": float(tolerance), **{k: v for k, v in optional.items() if v is not None}}
+
     @classmethod
     def from_config(cls, d: dict) -> "TwinGate":
         """From ``LearnerConfig.twin_gate``: ``{base: raptor | <checkpoint folder>, robot: <robot config,

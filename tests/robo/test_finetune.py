@@ -13,6 +13,7 @@ from robo.real import RobotEnv, RobotEnvConfig
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune
 from robo.real.learner import LATEST, LearnerConfig, load_learner, load_snapshots
 from robo.twin import StandInConfig, perturbed, stand_in, stand_in_robot
+from robo.twin.select import TwinGate
 
 START = (0.2, -0.2, 1.1)
 LEARNER = {"learning_starts": 20, "batch_size": 16, "sync_every": 10, "checkpoint_every": 20, "snapshot_every": 30}
@@ -101,8 +102,7 @@ def test_twin_gate_holds_back_actors_the_twin_scores_worse(env, tmp_path):
     """With ``twin_gate`` the learner sends weights only when the twin admits them; every check is
     reported to the actor. A tolerance of -0 with a fresh (zero-residual) start: the first check sets
     the bar and only actors at least as good in the twin fly."""
-    gate = {"base": "raptor", "robot": perturbed("crazyflie", 1.3, 1.0), "start": START, "scale": 0.2,
-            "every": 20, "starts": 4, "steps": 50, "tolerance": 0.0}
+    gate = TwinGate.config("raptor", perturbed("crazyflie", 1.3, 1.0), START, 0.2, 0.0, every=20, starts=4, steps=50)
     s = finetune(env, ResidualAdapter(load_raptor(), 0.2), tmp_path,
                  FinetuneConfig(total_steps=60, learner={**LEARNER, "twin_gate": gate}),
                  reset=HumanPrompt(lambda message: None))
