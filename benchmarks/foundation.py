@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--validation", type=int, default=0, metavar="N",
                     help="keep each student's best DAgger iteration on N validation quadrotors (0: the last)")
     ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
+    ap.add_argument("--variants", type=int, default=1, help="quadrotors per teacher in DAgger (its own + variants)")
+    ap.add_argument("--variant-scale", type=float, default=0.1, help="variants' parameters within +- this fraction")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
     ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
                     help="also distil from these runs' done teachers (e.g. a run with another --seed)")
@@ -68,7 +70,8 @@ def main() -> None:
                     "eval_envs": 32, "trim": args.trim},
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
-                   "validation_quadrotors": args.validation, "restarts": args.restarts},
+                   "validation_quadrotors": args.validation, "restarts": args.restarts,
+                   "variants_per_teacher": args.variants, "variant_scale": args.variant_scale},
         "eval": {"quadrotors": args.quadrotors, "starts": args.starts}})
     t0 = time.time()
     manifest = run_teachers(cfg, args.run_dir)

@@ -50,7 +50,11 @@ class DaggerConfig:
     ``validation_quadrotors`` (0: off) drawn with ``validation_seed`` from the teachers' ranges score
     the student's hover after every iteration (``eval.starts`` starts each); the best iteration's
     student is kept. ``restarts`` > 1 distils that many students (seeds ``seed``, ``seed + 1``, ...)
-    and keeps the one that validates best (needs validation quadrotors)."""
+    and keeps the one that validates best (needs validation quadrotors).
+    ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
+    variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
+    trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
+    (``envs_per_teacher`` must be a multiple of V)."""
 
     envs_per_teacher: int = 16
     iterations: int = 10
@@ -67,6 +71,8 @@ class DaggerConfig:
     validation_seed: int = 200_000
     restarts: int = 1
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
+    variants_per_teacher: int = 1
+    variant_scale: float = 0.1
     seed: int = 0
 
 
@@ -117,7 +123,8 @@ class FoundationRunConfig:
         positive = {key: _get(self, key) for key in (
             "teachers", "teacher.total_steps", "teacher.eval_envs", "ray.num_cpus", "dagger.envs_per_teacher",
             "dagger.gru_hidden", "dagger.restarts", "dagger.iterations", "dagger.steps_per_iteration", "dagger.bptt",
-            "dagger.batch_envs", "dagger.buffer_iterations", "eval.quadrotors", "eval.starts")}
+            "dagger.batch_envs", "dagger.buffer_iterations", "dagger.variants_per_teacher", "eval.quadrotors",
+            "eval.starts")}
         for key, v in positive.items():
             if not (isinstance(v, int) and v >= 1):
                 raise ValueError(f"{key} must be a positive integer, got {v!r}")
@@ -129,6 +136,11 @@ class FoundationRunConfig:
         if not (0.0 <= self.dagger.beta_start <= 1.0 and 0.0 <= self.dagger.beta_decay <= 1.0):
             raise ValueError(f"dagger.beta_start and dagger.beta_decay must lie in [0, 1], got "
                              f"{self.dagger.beta_start}, {self.dagger.beta_decay}")
+        if self.dagger.envs_per_teacher % self.dagger.variants_per_teacher:
+            raise ValueError(f"dagger.envs_per_teacher={self.dagger.envs_per_teacher} must be a multiple of "
+                             f"dagger.variants_per_teacher={self.dagger.variants_per_teacher}")
+        if not 0.0 <= self.dagger.variant_scale < 1.0:
+            raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
         if not self.dagger.learning_rate > 0:
             raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
         if self.dagger.validation_quadrotors < 0:

@@ -16,52 +16,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, stack_module_state, vmap
 
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
 from robo.foundation.config import DaggerConfig
-from sims.envs import OBS_DIM, make_batched_task
+from robo.foundation.fleet import Labeller, TeacherEnsemble, make_dagger_task
+from robo.foundation.trim import trimmed_variants
+from sims.envs import OBS_DIM
 from sims.envs.task import BatchedQuadrotorTask
-from sims.quadrotor import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams
 
 log = logging.getLogger(__name__)
 STUDENTS = ("gru", "mlp")
-
-
-class TeacherEnsemble:
-    """N MLP teachers acting on their own envs' observations.
-
-    ``__call__(obs: (N, k, D)) -> (N, k, 4)``: teacher n acts on group n. Teachers with one
-    architecture are evaluated in a single ``vmap``; otherwise group by group.
-    """
-
-    def __init__(self, teachers: list[MLPPolicy]):
-        if not teachers:
-            raise ValueError("no teachers to distil; train at least one (manifest has none done)")
-        self.models = [t.model for t in teachers]
-        self.obs_dim = teachers[0].obs_dim
-        if any(t.obs_dim != self.obs_dim for t in teachers):
-            raise ValueError(f"teachers read different observation sizes {sorted({t.obs_dim for t in teachers})}; "
-                             f"train them with one task config")
-        self.uniform = all(m.config == self.models[0].config for m in self.models)
-        if self.uniform:
-            self.params, self.buffers = stack_module_state(self.models)
-            self.base = copy.deepcopy(self.models[0]).to("meta")
-
-    def __len__(self) -> int:
-        return len(self.models)
-
-    @torch.no_grad()
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        if obs.ndim != 3 or obs.shape[0] != len(self) or obs.shape[2] != self.obs_dim:
-            raise ValueError(f"teacher observations have shape {tuple(obs.shape)}, expected "
-                             f"({len(self)}, k, {self.obs_dim})")
-        if self.uniform:
-            call = lambda p, b, x: functional_call(self.base, (p, b), (x,))  # noqa: E731
-            return vmap(call)(self.params, self.buffers, obs)
-        return torch.stack([m(x) for m, x in zip(self.models, obs)])
 
 
 def make_student(kind: str, cfg: DaggerConfig) -> nn.Module:
@@ -105,20 +71,14 @@ class Sequences:
     starts: torch.Tensor
 
 
-def make_dagger_task(task: dict | str, quads: list[QuadrotorParams], k: int, seed: int) -> BatchedQuadrotorTask:
-    """A batched task with ``k`` envs per quadrotor, teacher-major (env b flies ``quads[b // k]``)."""
-    task_ = make_batched_task(task, quads[0], len(quads) * k)
-    task_.sim.set_params(ParamsBatch.from_params([q for q in quads for _ in range(k)]))
-    task_.seed(seed)
-    return task_
-
-
 @torch.no_grad()
-def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsemble, steps: int, beta: float,
-            generator: torch.Generator) -> tuple[Sequences, dict]:
+def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsemble | Labeller, steps: int,
+            beta: float, generator: torch.Generator) -> tuple[Sequences, dict]:
     """Fly the student (the teacher's action instead with probability ``beta`` per env and step)
-    for ``steps`` steps from fresh starts; envs that terminate restart at once."""
-    B, N = task.num_envs, len(teachers)
+    for ``steps`` steps from fresh starts; envs that terminate restart at once. ``teachers`` label
+    (a ``Labeller`` carries each env's trim)."""
+    labeller = teachers if isinstance(teachers, Labeller) else Labeller(teachers)
+    B = task.num_envs
     obs = task.reset()
     h = initial_hidden(model, B).detach().clone()
     starts = torch.ones(B, dtype=torch.bool)
@@ -128,7 +88,7 @@ def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsem
         h = torch.where(starts[:, None], initial_hidden(model, B), h)
         student_obs = obs[:, :OBS_DIM]
         action, h = student_step(model, student_obs, h)
-        label = teachers(obs[:, :teachers.obs_dim].reshape(N, B // N, -1)).reshape(B, -1)
+        label = labeller.act(obs)
         use_teacher = torch.rand(B, generator=generator) < beta
         rec_obs.append(student_obs)
         rec_labels.append(label)
@@ -167,6 +127,19 @@ def bptt_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: Sequenc
     return float(np.mean(losses))
 
 
+def dagger_fleet(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task: dict | str,
+                 cfg: DaggerConfig) -> tuple[BatchedQuadrotorTask, Labeller]:
+    """The batched sim the students fly and the labeller of its envs. Each teacher's
+    ``envs_per_teacher`` envs fly its own quadrotor, or, with ``variants_per_teacher`` V > 1, V
+    variants of it (its own and V - 1 ``perturbed_params`` within ``variant_scale``), each with the
+    teacher trimmed on that variant: many more quadrotors than teachers, labelled without offsets."""
+    k, v = cfg.envs_per_teacher, cfg.variants_per_teacher
+    if v == 1:
+        return make_dagger_task(task, quads, k, cfg.seed), Labeller(ensemble)
+    variants, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
+    return make_dagger_task(task, variants, k // v, cfg.seed), Labeller(ensemble, np.repeat(shift, k // v, axis=0))
+
+
 def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
             cfg: DaggerConfig, progress=None, validate=None):
     """DAgger: returns the student as a robo policy and the per-iteration history.
@@ -182,7 +155,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         raise ValueError(f"{len(teachers)} teachers for {len(quads)} quadrotors; give one teacher per quadrotor")
     model = make_student(kind, cfg)
     ensemble = TeacherEnsemble(teachers)
-    sim = make_dagger_task(task, quads, cfg.envs_per_teacher, cfg.seed)
+    sim, labeller = dagger_fleet(ensemble, quads, task, cfg)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     gen = torch.Generator().manual_seed(cfg.seed)
     buffer: list[Sequences] = []
@@ -190,7 +163,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
     best = None  # (key, iteration, state_dict) with validate
     for it in range(cfg.iterations):
         beta = cfg.beta_start * cfg.beta_decay ** it
-        data, stats = collect(sim, model, ensemble, cfg.steps_per_iteration, beta, gen)
+        data, stats = collect(sim, model, labeller, cfg.steps_per_iteration, beta, gen)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()
         loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen) for _ in range(cfg.epochs)

@@ -22,7 +22,7 @@ import torch
 from policies.base import Policy
 from robo.evaluate import flight_metrics, rollout
 from robo.foundation.config import HeldOutConfig
-from robo.foundation.dagger import make_dagger_task
+from robo.foundation.fleet import make_dagger_task
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor.params import QuadrotorParams
 

@@ -22,16 +22,28 @@ import torch
 from policies.base import Policy
 from policies.foundation import FoundationGRU
 from policies.mlp import MLPActor, MLPPolicy
-from robo.evaluate import rollout
-from robo.foundation.dagger import make_dagger_task
+from robo.evaluate import Rollout, rollout
+from robo.foundation.fleet import POSITION, Labeller, TeacherEnsemble, make_dagger_task
 from robo.run_dir import write_json
-from sims.envs.observation import OBS_SLICES
 from sims.quadrotor.dynamics import POS
 from sims.quadrotor.params import QuadrotorParams
+from sims.quadrotor.randomization import perturbed_params
 
 log = logging.getLogger(__name__)
-POSITION = OBS_SLICES["position_error"]
 TRIM_FILE = "trim.json"
+
+
+def settled_offsets(r: Rollout, groups: int, settle_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group of a teacher-major rollout (B envs, ``groups`` groups of B / groups starts): the offset
+    (groups, 3) m, the mean of ``p - p_ref`` over the last ``settle_steps`` steps of the flights that did
+    not crash (NaN where all crashed), and the median final position error (groups,) m (inf where all
+    crashed)."""
+    alive = (r.crashed_at < 0).reshape(groups, -1)
+    delta = (r.states[-settle_steps:, :, POS] - r.reference[-settle_steps:]).mean(axis=0).reshape(groups, -1, 3)
+    with np.errstate(invalid="ignore"):
+        offsets = (delta * alive[..., None]).sum(axis=1) / alive.sum(axis=1)[:, None]
+    final = np.where(alive, r.position_error[-1].reshape(groups, -1), np.inf)
+    return offsets, np.median(final, axis=1)
 
 
 def hover_offset(policy: Policy, quad: QuadrotorParams, starts: int = 16, seconds: float = 5.0,
@@ -40,14 +52,8 @@ def hover_offset(policy: Policy, quad: QuadrotorParams, starts: int = 16, second
     of ``p - p_ref`` over the last ``settle`` s of the flights that did not crash (NaN if all crashed),
     and the median final position error, m (inf if all crashed)."""
     task = make_dagger_task("hover", [quad], starts, seed)
-    r = rollout(policy, task, seconds)
-    alive = r.crashed_at < 0
-    if not alive.any():
-        return np.full(3, np.nan), float("inf")
-    tail = int(round(settle / task.dt))
-    offset = (r.states[-tail:, alive, POS] - r.reference[-tail:, alive]).mean(axis=(0, 1))
-    final = np.where(alive, r.position_error[-1], np.inf)
-    return offset, float(np.median(final))
+    offsets, errors = settled_offsets(rollout(policy, task, seconds), 1, int(round(settle / task.dt)))
+    return offsets[0], float(errors[0])
 
 
 def shifted(policy: Policy, offset: np.ndarray) -> Policy:
@@ -109,3 +115,36 @@ def trim_record(teacher: dict) -> dict | None:
     """The trim measured for the manifest entry ``teacher`` (see ``load_trimmed``), or None."""
     path = Path(teacher["dir"]) / TRIM_FILE
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def trimmed_variants(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], variants: int, scale: float,
+                     starts: int = 4, iterations: int = 2, seconds: float = 5.0, settle: float = 1.0,
+                     seed: int = 0) -> tuple[list[QuadrotorParams], np.ndarray]:
+    """``variants`` quadrotors per teacher (teacher-major: its own ``quads[i]`` first, then
+    ``perturbed_params`` of it within ``scale``) and the trim of each teacher on each variant,
+    (N * variants, 3) m, as a ``Labeller``'s shift. Trimmed like ``trim_teacher``, all variants in one
+    batched sim: a variant's shift grows only while it lowers that variant's median hover error, and
+    stays 0 where the teacher crashes from every start."""
+    if variants < 1:
+        raise ValueError(f"variants must be >= 1, got {variants}")
+    rng = np.random.default_rng(seed)
+    fleet = [v for q in quads for v in [q] + [perturbed_params(q, scale, rng, name=f"{q.name}_v{j}")
+                                              for j in range(1, variants)]]
+    task = make_dagger_task("hover", fleet, starts, seed)
+    settle_steps = int(round(settle / task.dt))
+
+    def measure(shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = rollout(Labeller(ensemble, np.repeat(shift, starts, axis=0)), task, seconds)
+        return settled_offsets(r, len(fleet), settle_steps)
+
+    total = np.zeros((len(fleet), 3))
+    offsets, best = measure(total)
+    before = best.copy()
+    for _ in range(iterations):
+        candidate = total + np.nan_to_num(offsets)
+        offsets, errors = measure(candidate)
+        better = errors < best
+        total[better], best[better] = candidate[better], errors[better]
+    log.info("trimmed %d variants of %d teachers: median error %.3f -> %.3f m (median over variants)", len(fleet),
+             len(quads), float(np.median(before)), float(np.median(best)))
+    return fleet, total

@@ -12,8 +12,8 @@ import torch
 
 from policies.mlp import MLPConfig, MLPPolicy
 from policies.registry import load_policy
-from robo.foundation import (DaggerConfig, FoundationRunConfig, HeldOutConfig, Manifest, TeacherEnsemble, collect,
-                             held_out_quadrotors, run_pipeline, run_teachers, sample_quadrotors, train_teacher)
+from robo.foundation import (DaggerConfig, FoundationRunConfig, HeldOutConfig, Labeller, Manifest, TeacherEnsemble,
+                             collect, held_out_quadrotors, run_pipeline, run_teachers, sample_quadrotors, train_teacher)
 from robo.foundation.dagger import as_policy, bptt_epoch, make_dagger_task, make_student
 from robo.foundation.evaluate import evaluate_policy
 from robo.foundation.teachers import teacher_specs
@@ -55,6 +55,8 @@ def ray_local():
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
+    ({"dagger": {"variants_per_teacher": 3}}, "multiple of dagger.variants_per_teacher"),
+    ({"dagger": {"variant_scale": 1.0}}, "variant_scale"),
     ({"teacher": {"total_stepz": 5}}, r"teacher\.total_stepz"),
     ({"randomization": {"mass": [3.0, 0.02]}}, "low > high"),
     ({"bogus": 1}, "bogus"),
@@ -96,6 +98,35 @@ def test_teacher_ensemble_labels_each_group_with_its_own_teacher():
         TeacherEnsemble(teachers)(torch.randn(2, 5, 22))
     with pytest.raises(ValueError, match="no teachers"):
         TeacherEnsemble([])
+
+
+def test_labeller_acts_like_each_env_s_teacher_trimmed_by_its_shift():
+    from robo.foundation.trim import shifted
+
+    teachers = _teachers(2)
+    obs, shift = torch.randn(6, 22), np.random.default_rng(0).normal(0.0, 0.05, (6, 3))
+    labels = Labeller(TeacherEnsemble(teachers), shift).act(obs)
+    for b in range(6):  # env b: teacher b // 3, reading p - p_ref + shift[b]
+        torch.testing.assert_close(labels[b], shifted(teachers[b // 3], shift[b]).act(obs[b:b + 1])[0],
+                                   rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(Labeller(TeacherEnsemble(teachers)).act(obs)[:3], teachers[0].act(obs[:3]))
+    with pytest.raises(ValueError, match="multiple of the 2 teachers"):
+        Labeller(TeacherEnsemble(teachers)).act(torch.randn(5, 22))
+    with pytest.raises(ValueError, match="shift is for 6 envs"):
+        Labeller(TeacherEnsemble(teachers), shift).act(torch.randn(4, 22))
+
+
+def test_variants_are_teacher_major_and_each_teacher_is_trimmed_on_each():
+    from robo.foundation.trim import trimmed_variants
+
+    teachers, quads = _teachers(2), sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=0)
+    fleet, shift = trimmed_variants(TeacherEnsemble(teachers), quads, 3, 0.1, starts=2, seconds=1.0, settle=0.2)
+    assert len(fleet) == 6 and shift.shape == (6, 3) and np.isfinite(shift).all()
+    assert fleet[0] is quads[0] and fleet[3] is quads[1]  # each teacher's own quadrotor first
+    for v in (1, 2, 4, 5):  # then variants: same mass, thrust off by <= 10 % (+ 5 % per motor)
+        q = quads[v // 3]
+        assert fleet[v].mass == q.mass and fleet[v].thrust_to_weight != q.thrust_to_weight
+        assert abs(fleet[v].thrust_to_weight / q.thrust_to_weight - 1) <= 0.1 + 1e-9
 
 
 def test_collect_records_sequences_labelled_by_the_env_s_teacher():

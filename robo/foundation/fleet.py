@@ -1,0 +1,96 @@
+"""A fleet of quadrotors in one batched sim, laid out teacher-major, and its teachers as one policy.
+
+Env ``b`` of a fleet of ``N`` groups of ``k`` envs belongs to group ``b // k``: DAgger's groups are
+the teachers' quadrotors (or their variants), the held-out evaluation's the held-out quadrotors.
+``TeacherEnsemble`` evaluates N same-architecture teachers in one ``vmap``; ``Labeller`` is that
+ensemble as a batched robo policy, each env labelled by its own teacher, optionally with a per-env
+shift of the position error it reads (a trim, see ``robo.foundation.trim``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+
+from policies.mlp import MLPPolicy
+from sims.envs import make_batched_task
+from sims.envs.observation import OBS_SLICES
+from sims.envs.task import BatchedQuadrotorTask
+from sims.quadrotor import ParamsBatch
+from sims.quadrotor.params import QuadrotorParams
+
+POSITION = OBS_SLICES["position_error"]
+
+
+class TeacherEnsemble:
+    """N MLP teachers acting on their own envs' observations.
+
+    ``__call__(obs: (N, k, D)) -> (N, k, 4)``: teacher n acts on group n. Teachers with one
+    architecture are evaluated in a single ``vmap``; otherwise group by group.
+    """
+
+    def __init__(self, teachers: list[MLPPolicy]):
+        if not teachers:
+            raise ValueError("no teachers to distil; train at least one (manifest has none done)")
+        self.models = [t.model for t in teachers]
+        self.obs_dim = teachers[0].obs_dim
+        if any(t.obs_dim != self.obs_dim for t in teachers):
+            raise ValueError(f"teachers read different observation sizes {sorted({t.obs_dim for t in teachers})}; "
+                             f"train them with one task config")
+        self.uniform = all(m.config == self.models[0].config for m in self.models)
+        if self.uniform:
+            self.params, self.buffers = stack_module_state(self.models)
+            self.base = copy.deepcopy(self.models[0]).to("meta")
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.ndim != 3 or obs.shape[0] != len(self) or obs.shape[2] != self.obs_dim:
+            raise ValueError(f"teacher observations have shape {tuple(obs.shape)}, expected "
+                             f"({len(self)}, k, {self.obs_dim})")
+        if self.uniform:
+            call = lambda p, b, x: functional_call(self.base, (p, b), (x,))  # noqa: E731
+            return vmap(call)(self.params, self.buffers, obs)
+        return torch.stack([m(x) for m, x in zip(self.models, obs)])
+
+
+class Labeller:
+    """``ensemble`` as one policy over a teacher-major batch: ``act(obs (B, D)) -> (B, 4)``, env ``b``
+    acted on by teacher ``b // (B / N)``, which reads its position error as ``p - p_ref + shift[b]``
+    (``shift`` (B, 3) m, world FLU; None: unshifted). B must be a multiple of the N teachers."""
+
+    def __init__(self, ensemble: TeacherEnsemble, shift: np.ndarray | torch.Tensor | None = None):
+        self.ensemble = ensemble
+        self.shift = None if shift is None else torch.as_tensor(np.asarray(shift), dtype=torch.float32)
+        if self.shift is not None and (self.shift.ndim != 2 or self.shift.shape[1] != 3):
+            raise ValueError(f"shift has shape {tuple(self.shift.shape)}, expected (B, 3)")
+
+    def reset(self) -> None:  # the teachers are stateless MLPs
+        pass
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        n = len(self.ensemble)
+        if obs.ndim != 2 or obs.shape[0] % n:
+            raise ValueError(f"observations have shape {tuple(obs.shape)}: need (B, D) with B a multiple of the "
+                             f"{n} teachers")
+        x = obs[:, :self.ensemble.obs_dim]
+        if self.shift is not None:
+            if self.shift.shape[0] != x.shape[0]:
+                raise ValueError(f"shift is for {self.shift.shape[0]} envs, observations for {x.shape[0]}")
+            x = x.clone()
+            x[:, POSITION] += self.shift.to(x.dtype)
+        return self.ensemble(x.reshape(n, x.shape[0] // n, -1)).reshape(x.shape[0], -1)
+
+
+def make_dagger_task(task: dict | str, quads: list[QuadrotorParams], k: int, seed: int) -> BatchedQuadrotorTask:
+    """A batched task with ``k`` envs per quadrotor, teacher-major (env b flies ``quads[b // k]``)."""
+    task_ = make_batched_task(task, quads[0], len(quads) * k)
+    task_.sim.set_params(ParamsBatch.from_params([q for q in quads for _ in range(k)]))
+    task_.seed(seed)
+    return task_
