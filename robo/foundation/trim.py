@@ -118,7 +118,7 @@ def trim_record(teacher: dict) -> dict | None:
 
 
 def trimmed_variants(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], variants: int, scale: float,
-                     starts: int = 4, iterations: int = 2, seconds: float = 5.0, settle: float = 1.0,
+                     starts: int = 16, iterations: int = 2, seconds: float = 5.0, settle: float = 1.0,
                      seed: int = 0) -> tuple[list[QuadrotorParams], np.ndarray]:
     """``variants`` quadrotors per teacher (teacher-major: its own ``quads[i]`` first, then
     ``perturbed_params`` of it within ``scale``) and the trim of each teacher on each variant,
