@@ -7,6 +7,8 @@ measures that offset ``b`` (m, world FLU) and makes the teacher read its positio
 ``p - p_ref + b``: it then settles where ``p - p_ref + b = b``, on the reference. The shift is
 folded into the actor's input normalization (``obs_mean[0:3] -= b``), so a trimmed teacher is a
 plain ``MLPPolicy``; the student, which learns from its labels, never sees the trim.
+``trimmed_variants`` does the same for each teacher on perturbed variants of its quadrotor, as
+per-env shifts of a ``Labeller`` (``dagger.variants_per_teacher``).
 """
 
 from __future__ import annotations
