@@ -74,6 +74,28 @@ def shifted(policy: Policy, offset: np.ndarray) -> Policy:
     return out
 
 
+def refine_trims(measure, n: int, iterations: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Trim ``n`` flyers at once. ``measure(shift (n, 3) m) -> (offsets (n, 3) m, median errors (n,) m)``
+    flies them with those shifts. A flyer's shift grows by its measured offset ``iterations`` times and
+    stops at the first step that does not lower its median error (or where its offset is not finite:
+    it crashed from every start). Returns (shift (n, 3), error before, error after), each per flyer."""
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    total = np.zeros((n, 3))
+    offsets, best = measure(total)
+    before, best = np.asarray(best, float).copy(), np.asarray(best, float).copy()
+    active = np.isfinite(offsets).all(axis=1)
+    for _ in range(iterations):
+        if not active.any():
+            break
+        candidate = total + np.where(active[:, None], np.nan_to_num(offsets), 0.0)
+        new_offsets, errors = measure(candidate)
+        better = active & (errors < best)
+        total[better], best[better], offsets[better] = candidate[better], errors[better], new_offsets[better]
+        active = better & np.isfinite(offsets).all(axis=1)
+    return total, before, best
+
+
 def trim_teacher(policy: Policy, quad: QuadrotorParams, iterations: int = 2, starts: int = 16,
                  seed: int = 0) -> tuple[Policy, dict]:
     """``policy`` trimmed on ``quad`` (offset measured and removed ``iterations`` times), and a record
@@ -81,19 +103,14 @@ def trim_teacher(policy: Policy, quad: QuadrotorParams, iterations: int = 2, sta
 
     The trim is kept only if it lowers the median final hover error; a teacher that crashes from
     every start is returned unchanged (there is no offset to measure)."""
-    if iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations}")
-    offset, before = hover_offset(policy, quad, starts, seed=seed)
-    total, best, trimmed = np.zeros(3), before, policy
-    for _ in range(iterations):
-        if not np.isfinite(offset).all():
-            break
-        candidate_total = total + offset
-        candidate = shifted(policy, candidate_total)
-        offset, after = hover_offset(candidate, quad, starts, seed=seed)
-        if after >= best:
-            break
-        total, best, trimmed = candidate_total, after, candidate
+    def measure(shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flyer = policy if not shift.any() else shifted(policy, shift[0])
+        offset, error = hover_offset(flyer, quad, starts, seed=seed)
+        return offset[None].copy(), np.array([error])
+
+    total, before, best = refine_trims(measure, 1, iterations)
+    total, before, best = total[0], float(before[0]), float(best[0])
+    trimmed = shifted(policy, total) if total.any() else policy
     record = {"offset_m": [float(x) for x in total], "median_error_m": before, "trimmed_median_error_m": best}
     log.info("trim %.3f kg: offset %s cm, median error %.3f -> %.3f m", quad.mass, np.round(total * 100, 2),
              before, best)
@@ -125,8 +142,8 @@ def trimmed_variants(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], va
     """``variants`` quadrotors per teacher (teacher-major: its own ``quads[i]`` first, then
     ``perturbed_params`` of it within ``scale``) and the trim of each teacher on each variant,
     (N * variants, 3) m, as a ``Labeller``'s shift. Trimmed like ``trim_teacher``, all variants in one
-    batched sim: a variant's shift grows only while it lowers that variant's median hover error, and
-    stays 0 where the teacher crashes from every start."""
+    batched sim (``refine_trims``): a variant's shift grows only while it lowers that variant's median
+    hover error, and stays 0 where the teacher crashes from every start."""
     if variants < 1:
         raise ValueError(f"variants must be >= 1, got {variants}")
     rng = np.random.default_rng(seed)
@@ -139,14 +156,7 @@ def trimmed_variants(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], va
         r = rollout(Labeller(ensemble, np.repeat(shift, starts, axis=0)), task, seconds)
         return settled_offsets(r, len(fleet), settle_steps)
 
-    total = np.zeros((len(fleet), 3))
-    offsets, best = measure(total)
-    before = best.copy()
-    for _ in range(iterations):
-        candidate = total + np.nan_to_num(offsets)
-        offsets, errors = measure(candidate)
-        better = errors < best
-        total[better], best[better] = candidate[better], errors[better]
+    total, before, best = refine_trims(measure, len(fleet), iterations)
     log.info("trimmed %d variants of %d teachers: median error %.3f -> %.3f m (median over variants)", len(fleet),
              len(quads), float(np.median(before)), float(np.median(best)))
     return fleet, total

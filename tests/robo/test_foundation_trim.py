@@ -80,3 +80,27 @@ def test_a_trim_is_measured_once_and_read_back(tmp_path, heavy_crazyflie, monkey
     monkeypatch.undo()  # a new checkpoint in the same folder is measured anew
     load_trimmed({**teacher, "checkpoint": "other"}, load_raptor(), heavy_crazyflie)
     assert trim_record(teacher)["checkpoint"] == "other"
+
+
+def test_refine_trims_keeps_only_shifts_that_lower_each_flyer_s_error():
+    from robo.foundation.trim import refine_trims
+
+    true = np.array([[0.03, -0.02, 0.05], [0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
+    calls = []
+
+    def measure(shift):  # flyer 0: offset = true - shift; flyer 1 crashes; flyer 2 overshoots once shifted
+        calls.append(shift.copy())
+        offsets = true - shift
+        offsets[1] = np.nan
+        offsets[2] = true[2] if not shift[2].any() else -2 * true[2]
+        errors = np.linalg.norm(offsets, axis=1)
+        errors[1] = np.inf
+        return offsets, errors
+
+    total, before, after = refine_trims(measure, 3, iterations=2)
+    np.testing.assert_allclose(total[0], true[0])  # exact after one step; the second adds nothing
+    assert not total[1].any() and not total[2].any()  # crashed: nothing to trim; worse: trim rejected
+    assert after[0] < before[0] and before[1] == after[1] == np.inf and after[2] == before[2]
+    np.testing.assert_allclose(calls[2][2], 0.0)  # a rejected flyer is not shifted again
+    with pytest.raises(ValueError, match="iterations"):
+        refine_trims(measure, 3, iterations=0)
