@@ -18,18 +18,18 @@ import time
 import numpy as np
 import torch
 
-from policies.world_model import EnsembleConfig, EnsembleDynamics
+from policies.world_model import EnsembleDynamics
 from robo.world_model.rollout import imagine_rollout, open_loop_error, spearman
-from robo.world_model.tasks import make_task, transitions
+from robo.world_model.tasks import ensemble_config, make_task, transitions
 
 SIZES = {"hover": {"data": 64, "eval": 64, "fit_steps": 1000, "hidden": [128, 128]},
-         "pusht": {"data": 96, "eval": 12, "fit_steps": 4000, "hidden": [200, 200, 200]}}
-PUSHT_LEVELS = [0.0, 0.02, 0.04, 0.07, 0.1, 0.14, 0.2, 0.3]
+         "pusht": {"data": 600, "eval": 50, "fit_steps": 8000, "hidden": [200, 200, 200]}}
+PUSHT_LEVELS = [0.0, 0.03, 0.05, 0.07, 0.09, 0.11, 0.14, 0.2]  # the expert's random-action probability
 
 
-def fit_model(task, episodes, steps: int, seed: int, hidden: list[int]) -> tuple[EnsembleDynamics, dict]:
-    model = EnsembleDynamics(EnsembleConfig(obs_dim=task.obs_dim, action_dim=task.action_dim, num_members=5,
-                                            hidden_dims=hidden, angle_dims=task.angle_dims))
+def fit_model(task, episodes, steps: int, seed: int, hidden: list[int],
+              object_frame: bool = True) -> tuple[EnsembleDynamics, dict]:
+    model = EnsembleDynamics(ensemble_config(task, 5, hidden, object_frame))
     t = time.perf_counter()
     stats = model.fit(transitions(episodes), steps=steps, seed=seed)
     stats["fit_seconds"] = time.perf_counter() - t
@@ -47,8 +47,8 @@ def ranking(task, model, sizes, levels, seed: int, sample: str = "mean") -> dict
         imagined.append(float(r["success"].mean()))
         score.append(float(r["max_reward"].mean()))
         names.append(name)
-        print(f"  {task.name} {name}: sim {real[-1]:.3f} imagined {imagined[-1]:.3f} max reward {score[-1]:.3f} cut {r['cut'].mean():.2f}",
-              flush=True)
+        print(f"  {task.name} {name}: sim {real[-1]:.3f} imagined {imagined[-1]:.3f} max reward {score[-1]:.3f} "
+              f"cut {r['cut'].mean():.2f}", flush=True)
     return {"names": names, "sim_success": real, "imagined_success": imagined, "imagined_max_reward": score,
             "spearman": spearman(real, imagined), "spearman_max_reward": spearman(real, score)}
 
@@ -88,6 +88,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     ap.add_argument("--sample", default="mean", help="imagined rollouts: mean (of members) or member (MBPO draws)")
+    ap.add_argument("--object-frame", action=argparse.BooleanOptionalAction, default=True,
+                    help="push-T: the model's inputs and the block's motion in the block's frame")
+    ap.add_argument("--data", type=int, default=None, help="episodes of model-training data (default per task)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -95,11 +98,12 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
     results: dict = {}
     for name in args.tasks.split(","):
-        task, sizes = make_task(name), SIZES[name]
+        task, sizes = make_task(name), dict(SIZES[name])
+        sizes["data"] = args.data or sizes["data"]
         t0 = time.perf_counter()
         data, _ = task.collect(task.behaviour(args.seed), sizes["data"], seed=args.seed)
         n = sum(len(e["obs"]) for e in data)
-        model, stats = fit_model(task, data, sizes["fit_steps"], args.seed, sizes["hidden"])
+        model, stats = fit_model(task, data, sizes["fit_steps"], args.seed, sizes["hidden"], args.object_frame)
         print(f"{name}: {n} transitions, fit {stats}", flush=True)
         res = results[name] = {"transitions": n, **stats}
         rows.append((name, "model: transitions / holdout MSE (normalized)", f"{n} / {stats['holdout_mse']:.4f}"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..checkpoint import load_checkpoint
 from .configuration_world_model import EnsembleConfig, LatentConfig, TrajectoryDiffusionConfig
 from .ensemble import EnsembleDynamics, Prediction, check_transitions
+from .frames import PlanarFrame
 from .latent import LatentWorldModel
 from .trajectory_diffusion import TrajectoryDiffusion
 
@@ -22,6 +23,6 @@ def load_world_model(directory: str | Path):
     return WORLD_MODEL_CLASSES[kind].load(directory)
 
 
-__all__ = ["EnsembleConfig", "EnsembleDynamics", "LatentConfig", "LatentWorldModel", "Prediction",
+__all__ = ["EnsembleConfig", "EnsembleDynamics", "LatentConfig", "LatentWorldModel", "PlanarFrame", "Prediction",
            "TrajectoryDiffusion", "TrajectoryDiffusionConfig", "WORLD_MODEL_CLASSES", "check_transitions",
            "load_world_model"]

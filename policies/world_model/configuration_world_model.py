@@ -20,6 +20,16 @@ class EnsembleConfig:
     Inputs and targets are normalized to zero mean, unit variance with stats stored in the
     checkpoint. ``angle_dims`` lists observation indices that are angles in rad: their delta is
     wrapped to [-pi, pi) and the predicted next value is wrapped again.
+
+    Object-centric mode (planar manipulation, ``policies.world_model.frames.PlanarFrame``):
+    ``frame_pose_dims`` = the (x, y, yaw) indices of a body; ``frame_point_dims`` = flat (x, y)
+    index pairs of points expressed in its frame; ``frame_action_is_point``: the action is a
+    position. Empty ``frame_pose_dims``: plain (obs, action) inputs.
+
+    ``nll_beta``: beta-NLL (Seitzer et al. 2022): each element's Gaussian NLL is weighted by its
+    predicted variance ** beta (not differentiated). 0 is MBPO's plain NLL, which on push-T lets the
+    members explain every push as noise (a large variance) and predict no block motion; 0.5-1 fits
+    the mean like a squared error while still learning the variance.
     """
 
     obs_dim: int = 5
@@ -29,18 +39,43 @@ class EnsembleConfig:
     angle_dims: list[int] = field(default_factory=list)
     min_logvar: float = -10.0
     max_logvar: float = 0.5
+    frame_pose_dims: list[int] = field(default_factory=list)
+    frame_point_dims: list[int] = field(default_factory=list)
+    frame_action_is_point: bool = False
+    nll_beta: float = 0.0
 
     def __post_init__(self) -> None:
         _positive(self, ("obs_dim", "action_dim", "num_members"))
         self.hidden_dims = [int(h) for h in self.hidden_dims]
         self.angle_dims = [int(i) for i in self.angle_dims]
+        self.frame_pose_dims = [int(i) for i in self.frame_pose_dims]
+        self.frame_point_dims = [int(i) for i in self.frame_point_dims]
+        self._check_frame()
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise ValueError(f"hidden_dims must be positive widths, got {self.hidden_dims}")
         bad = [i for i in self.angle_dims if not 0 <= i < self.obs_dim]
         if bad:
             raise ValueError(f"angle_dims {bad} are outside the observation (obs_dim={self.obs_dim})")
+        if not 0.0 <= self.nll_beta <= 1.0:
+            raise ValueError(f"nll_beta must lie in [0, 1], got {self.nll_beta}")
         if self.min_logvar >= self.max_logvar:
             raise ValueError(f"min_logvar {self.min_logvar} must be below max_logvar {self.max_logvar}")
+
+    def _check_frame(self) -> None:
+        pose, points = self.frame_pose_dims, self.frame_point_dims
+        if not pose:
+            if points or self.frame_action_is_point:
+                raise ValueError("frame_point_dims / frame_action_is_point need frame_pose_dims (x, y, yaw)")
+            return
+        if len(pose) != 3:
+            raise ValueError(f"frame_pose_dims must be the 3 indices (x, y, yaw), got {pose}")
+        if len(points) % 2:
+            raise ValueError(f"frame_point_dims must be (x, y) pairs, got {points}")
+        bad = [i for i in pose + points if not 0 <= i < self.obs_dim]
+        if bad:
+            raise ValueError(f"frame dims {bad} are outside the observation (obs_dim={self.obs_dim})")
+        if self.frame_action_is_point and self.action_dim != 2:
+            raise ValueError(f"frame_action_is_point needs a 2-D action, got action_dim={self.action_dim}")
 
 
 @dataclass

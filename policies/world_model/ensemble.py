@@ -3,7 +3,9 @@
 Each of ``E`` members maps normalized (obs, action) to a Gaussian over the normalized
 (next_obs - obs, reward) and a termination logit. Members are trained on their own bootstrap
 resample of the transitions; their disagreement (the spread of their mean next-state
-predictions, in normalized units) measures where the model does not know the dynamics.
+predictions, in normalized units) measures where the model does not know the dynamics. With
+``EnsembleConfig.frame_pose_dims`` set, inputs and the body's position change are object-centric
+(``frames.PlanarFrame``): what makes a push-T model learn contact at all.
 
     model = EnsembleDynamics(EnsembleConfig(obs_dim=5, action_dim=2))
     model.fit(transitions, steps=3000)            # {"obs", "action", "next_obs", "reward", "terminated"}
@@ -24,6 +26,7 @@ from torch import nn
 
 from ..checkpoint import load_checkpoint, save_checkpoint
 from .configuration_world_model import EnsembleConfig
+from .frames import PlanarFrame
 
 TRANSITION_KEYS = ("obs", "action", "next_obs", "reward", "terminated")
 
@@ -63,7 +66,9 @@ class GaussianEnsemble(nn.Module):
     def __init__(self, c: EnsembleConfig):
         super().__init__()
         self.config = c
-        d_in, self.d_out = c.obs_dim + c.action_dim, c.obs_dim + 1
+        frame = planar_frame(c)
+        d_in = frame.feature_dim(c.obs_dim, c.action_dim) if frame else c.obs_dim + c.action_dim
+        self.d_out = c.obs_dim + 1
         dims = [d_in, *c.hidden_dims]
         self.layers = nn.ModuleList(EnsembleLinear(c.num_members, a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.head = EnsembleLinear(c.num_members, dims[-1], 2 * self.d_out + 1)
@@ -82,6 +87,12 @@ class GaussianEnsemble(nn.Module):
         logvar = self.max_logvar - F.softplus(self.max_logvar - logvar)  # MBPO's soft bounds
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
         return mean, logvar, term
+
+
+def planar_frame(c: EnsembleConfig) -> PlanarFrame | None:
+    if not c.frame_pose_dims:
+        return None
+    return PlanarFrame(tuple(c.frame_pose_dims), tuple(c.frame_point_dims), c.frame_action_is_point)
 
 
 def check_transitions(t: dict, obs_dim: int, action_dim: int) -> dict[str, torch.Tensor]:
@@ -113,18 +124,24 @@ class EnsembleDynamics:
         self.config = config or EnsembleConfig()
         self.model = GaussianEnsemble(self.config)
         self.obs_dim, self.action_dim = self.config.obs_dim, self.config.action_dim
+        self.frame = planar_frame(self.config)
 
-    # Targets --------------------------------------------------------------------------------
+    # Inputs and targets ---------------------------------------------------------------------
+    def _inputs(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Raw (obs, action) -> the unnormalized network input."""
+        return self.frame.features(obs, action) if self.frame else torch.cat([obs, action], 1)
+
     def _delta(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """The state-change target: next_obs - obs, angles wrapped, in the body frame if any."""
         d = next_obs - obs
         if self.config.angle_dims:
             i = self.config.angle_dims
             d[:, i] = wrap_angle(d[:, i])
-        return d
+        return self.frame.to_body(obs, d) if self.frame else d
 
     def set_normalization(self, t: dict[str, torch.Tensor]) -> None:
         m = self.model
-        x = torch.cat([t["obs"], t["action"]], dim=1)
+        x = self._inputs(t["obs"], t["action"])
         y = torch.cat([self._delta(t["obs"], t["next_obs"]), t["reward"][:, None]], dim=1)
         m.in_mean.copy_(x.mean(0)), m.in_std.copy_(x.std(0).clamp_min(1e-6))
         m.out_mean.copy_(y.mean(0)), m.out_std.copy_(y.std(0).clamp_min(1e-6))
@@ -154,7 +171,10 @@ class EnsembleDynamics:
         for step in range(steps):
             idx = boot.gather(1, torch.randint(boot.shape[1], (E, batch_size), generator=gen))  # (E, b)
             mean, logvar, term = m(x[idx])
-            nll = (((mean - y[idx]) ** 2) * torch.exp(-logvar) + logvar).mean()
+            nll = ((mean - y[idx]) ** 2) * torch.exp(-logvar) + logvar
+            if self.config.nll_beta:  # beta-NLL: weight by the (detached) variance ** beta
+                nll = nll * torch.exp(self.config.nll_beta * logvar.detach())
+            nll = nll.mean()
             bce = F.binary_cross_entropy_with_logits(term, t["terminated"][idx])
             loss = nll + bce + 0.01 * (m.max_logvar.sum() - m.min_logvar.sum())
             opt.zero_grad(set_to_none=True)
@@ -171,7 +191,7 @@ class EnsembleDynamics:
 
     def _normalized_io(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         m = self.model
-        x = (torch.cat([t["obs"], t["action"]], 1) - m.in_mean) / m.in_std
+        x = (self._inputs(t["obs"], t["action"]) - m.in_mean) / m.in_std
         y = torch.cat([self._delta(t["obs"], t["next_obs"]), t["reward"][:, None]], 1)
         return x, (y - m.out_mean) / m.out_std
 
@@ -189,7 +209,7 @@ class EnsembleDynamics:
         if obs.shape[0] != action.shape[0]:
             raise ValueError(f"obs batch {obs.shape[0]} differs from action batch {action.shape[0]}")
         m, E, B = self.model, self.config.num_members, obs.shape[0]
-        x = ((torch.cat([obs, action], 1) - m.in_mean) / m.in_std).expand(E, -1, -1)
+        x = ((self._inputs(obs, action) - m.in_mean) / m.in_std).expand(E, -1, -1)
         mean, logvar, term = m(x)  # (E, B, D + 1), (E, B)
         disagreement = mean[..., :-1].std(0).mean(-1) if E > 1 else torch.zeros(B)
         if sample == "mean":
@@ -207,7 +227,7 @@ class EnsembleDynamics:
     def _step(self, obs: torch.Tensor, y_normalized: torch.Tensor) -> torch.Tensor:
         m = self.model
         delta = y_normalized[:, :-1] * m.out_std[:-1] + m.out_mean[:-1]
-        nxt = obs + delta
+        nxt = obs + (self.frame.to_world(obs, delta) if self.frame else delta)
         if self.config.angle_dims:
             i = self.config.angle_dims
             nxt[:, i] = wrap_angle(nxt[:, i])

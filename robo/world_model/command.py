@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from policies.world_model import EnsembleConfig, EnsembleDynamics
+from policies.world_model import EnsembleDynamics
 from robo.run_dir import write_json, write_resolved_config
 
 from .imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
 from .policies import NoisyPolicy, PushTExpertPolicy
 from .rollout import imagine_rollout, spearman
-from .tasks import ImagineTask, from_demos, make_real_vec_env, make_task, transitions
+from .tasks import ImagineTask, ensemble_config, from_demos, make_real_vec_env, make_task, transitions
 
 log = logging.getLogger(__name__)
 MODES = ("evaluate", "train", "synthesize")
@@ -57,9 +57,7 @@ def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int,
             raise ValueError(f"{m['path']} models obs/action dims {(model.obs_dim, model.action_dim)}, task "
                              f"{task.name} has {(task.obs_dim, task.action_dim)}")
         return model, data
-    model = EnsembleDynamics(EnsembleConfig(obs_dim=task.obs_dim, action_dim=task.action_dim,
-                                            num_members=int(m["members"]), hidden_dims=list(m["hidden_dims"]),
-                                            angle_dims=task.angle_dims))
+    model = EnsembleDynamics(ensemble_config(task, m["members"], m["hidden_dims"], m.get("object_frame", True)))
     stats = model.fit(transitions(data), steps=int(m["fit_steps"]), seed=seed)
     log.info("world model fitted: %s", stats)
     model.save(run_dir / "world_model")

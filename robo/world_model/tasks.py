@@ -8,13 +8,14 @@ success tests on observations, and quality ladders of policies. Wires ``sims`` t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from policies.world_model import EnsembleConfig
 from sims.envs import make_batched_task
 from sims.envs.quadrotor_env import ACTION_SPACE as QUAD_ACTION_SPACE
 from sims.pusht import ENV_ID as PUSHT_ID
@@ -39,6 +40,8 @@ class ImagineTask:
     ``behaviour(seed)``: a policy of mixed quality for model-training data.
     ``make_env()``: one simulator episode as a plain ``gym.Env`` (for chunk-wrapping trainers such
     as DSRL); None where the task has only a batched sim.
+    ``ensemble``: ``EnsembleConfig`` fields the task's dynamics model needs beyond its dims: for
+    push-T, the block's frame (``frame_pose_dims`` ...) and ``nll_beta`` (see ``EnsembleConfig``).
     """
 
     name: str
@@ -55,6 +58,16 @@ class ImagineTask:
     behaviour: Callable
     default_levels: list[float]
     make_env: Callable[[], gym.Env] | None = None
+    ensemble: dict = field(default_factory=dict)
+
+
+def ensemble_config(task: ImagineTask, members: int = 5, hidden_dims: list[int] | None = None,
+                    object_frame: bool = True) -> EnsembleConfig:
+    """The dynamics ensemble's config for ``task``: its dims, angles, ``task.ensemble`` fields (without
+    the body frame unless ``object_frame``)."""
+    extra = {k: v for k, v in task.ensemble.items() if object_frame or not k.startswith("frame_")}
+    return EnsembleConfig(obs_dim=task.obs_dim, action_dim=task.action_dim, num_members=int(members),
+                          hidden_dims=list(hidden_dims or [200, 200, 200]), angle_dims=task.angle_dims, **extra)
 
 
 def transitions(episodes: list[Episode]) -> dict[str, np.ndarray]:
@@ -245,7 +258,10 @@ def make_task(name: str) -> ImagineTask:
                                    np.array([h, h, h, h, np.pi], np.float32), dtype=np.float32)
         return ImagineTask("pusht", 5, 2, space, obs_space, PUSHT.max_episode_steps, [4], pusht_success, "any",
                            collect_pusht, pusht_ladder, lambda seed=0: _MixedExpert(0.8, seed),
-                           [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8], make_pusht_env)
+                           [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8], make_pusht_env,
+                           # the block (x, y, yaw) is the body; the pusher and its target are points
+                           {"frame_pose_dims": [2, 3, 4], "frame_point_dims": [0, 1], "frame_action_is_point": True,
+                            "nll_beta": 1.0})
     if name == "obstacle_reach":
         env = make_toy_env()
         steps = env.unwrapped.max_steps

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.world_model import (EnsembleConfig, EnsembleDynamics, LatentConfig, LatentWorldModel,
+from policies.world_model import (EnsembleConfig, PlanarFrame, EnsembleDynamics, LatentConfig, LatentWorldModel,
                                   TrajectoryDiffusion, TrajectoryDiffusionConfig, load_world_model)
 
 A = np.array([[0.9, 0.1, 0.0], [0.0, 0.95, 0.1], [0.0, -0.1, 0.9]])
@@ -68,6 +68,54 @@ def test_angle_dims_wrap():
     assert torch.allclose(d.abs(), torch.full_like(d, 2 * np.pi - 6.2), atol=1e-6)
 
 
+def _scene(n, seed):
+    rng = np.random.default_rng(seed)
+    obs = np.c_[rng.uniform(-0.2, 0.2, (n, 4)), rng.uniform(-np.pi, np.pi, n)]  # pusher x, y, block x, y, yaw
+    return torch.as_tensor(obs, dtype=torch.float32), torch.as_tensor(rng.uniform(-0.2, 0.2, (n, 2)),
+                                                                      dtype=torch.float32)
+
+
+def _rigid(obs, action, angle, shift):
+    """The whole scene rotated by ``angle`` about the origin and shifted by ``shift`` (2,)."""
+    c, s = np.cos(angle), np.sin(angle)
+    R = torch.tensor([[c, -s], [s, c]], dtype=torch.float32)
+    sh = torch.as_tensor(shift, dtype=torch.float32)
+    out = obs.clone()
+    out[:, :2], out[:, 2:4] = obs[:, :2] @ R.T + sh, obs[:, 2:4] @ R.T + sh
+    out[:, 4] = torch.remainder(obs[:, 4] + angle + np.pi, 2 * np.pi) - np.pi
+    return out, action @ R.T + sh
+
+
+def test_planar_frame_is_invariant_to_rigid_motion_and_inverts():
+    frame = PlanarFrame((2, 3, 4), (0, 1), action_is_point=True)
+    obs, action = _scene(64, 0)
+    f = frame.features(obs, action)
+    assert f.shape == (64, frame.feature_dim(5, 2)) == (64, 4 + 2 + 2 + 2 + 2 + 2)
+    obs2, action2 = _rigid(obs, action, 1.3, [0.05, -0.1])
+    f2 = frame.features(obs2, action2)
+    body_cols = slice(8, 12)  # the pusher and its target in the block frame: the contact geometry
+    assert torch.allclose(f[:, body_cols], f2[:, body_cols], atol=1e-5)
+    assert not torch.allclose(f[:, :4], f2[:, :4], atol=1e-3)  # world positions do change (walls)
+    delta = torch.randn(64, 5)
+    assert torch.allclose(frame.to_world(obs, frame.to_body(obs, delta)), delta, atol=1e-6)
+    assert torch.equal(frame.to_body(obs, delta)[:, [0, 1, 4]], delta[:, [0, 1, 4]])  # only the block's x, y turn
+
+
+def test_object_frame_model_round_trips(tmp_path):
+    c = EnsembleConfig(obs_dim=5, action_dim=2, num_members=2, hidden_dims=[16], angle_dims=[4],
+                       frame_pose_dims=[2, 3, 4], frame_point_dims=[0, 1], frame_action_is_point=True, nll_beta=1.0)
+    m = EnsembleDynamics(c)
+    obs, action = _scene(200, 1)
+    nxt = obs.clone()
+    nxt[:, 2:4] += 0.01 * (action - obs[:, :2])
+    m.fit({"obs": obs, "action": action, "next_obs": nxt, "reward": torch.zeros(200),
+           "terminated": torch.zeros(200)}, steps=20, seed=0)
+    m.save(tmp_path / "wm")
+    loaded = load_world_model(tmp_path / "wm")
+    assert loaded.frame == m.frame
+    assert torch.equal(loaded.predict(obs, action).next_obs, m.predict(obs, action).next_obs)
+
+
 def test_bad_input_raises(linear_model):
     with pytest.raises(ValueError, match=r"expected \(B, 3\)"):
         linear_model.predict(np.zeros((4, 2)), np.zeros((4, 2)))
@@ -77,6 +125,16 @@ def test_bad_input_raises(linear_model):
         linear_model.fit({"obs": np.zeros((4, 3))})
     with pytest.raises(ValueError, match="angle_dims"):
         EnsembleConfig(obs_dim=3, angle_dims=[5])
+    with pytest.raises(ValueError, match="frame_pose_dims must be the 3"):
+        EnsembleConfig(obs_dim=5, frame_pose_dims=[2, 3])
+    with pytest.raises(ValueError, match="outside the observation"):
+        EnsembleConfig(obs_dim=5, frame_pose_dims=[2, 3, 7])
+    with pytest.raises(ValueError, match="pairs"):
+        EnsembleConfig(obs_dim=5, frame_pose_dims=[2, 3, 4], frame_point_dims=[0])
+    with pytest.raises(ValueError, match="need frame_pose_dims"):
+        EnsembleConfig(obs_dim=5, frame_action_is_point=True)
+    with pytest.raises(ValueError, match="nll_beta"):
+        EnsembleConfig(nll_beta=2.0)
     with pytest.raises(FileNotFoundError):
         load_world_model("/nonexistent/wm")
 

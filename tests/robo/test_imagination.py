@@ -188,3 +188,30 @@ def from_demos_of(n, seed):
     from sims.toy import generate_demos
 
     return from_demos(generate_demos(n, seed=seed))
+
+
+def test_pusht_model_learns_block_motion():
+    """Push-T's object-frame, beta-NLL ensemble predicts where a push moves the block; MBPO's plain NLL
+    in world coordinates explains pushes as noise and predicts the block standing still (measured on
+    40 episodes: block error 0.76 vs 0.99 of the standing-still error)."""
+    from dataclasses import replace
+
+    from robo.world_model.tasks import ensemble_config, make_task
+
+    task = make_task("pusht")
+    data, _ = task.collect(task.behaviour(0), 40, seed=0)
+    held = transitions(task.collect(task.behaviour(1), 10, seed=5000)[0])
+    push = held["next_obs"][:, 2:4] - held["obs"][:, 2:4]
+    moving = np.linalg.norm(push, axis=1) > 2e-3  # m per 0.1 s step
+    assert moving.sum() > 100
+    errors = {}
+    for name, cfg in (("object_frame", ensemble_config(task, 3, [128, 128])),
+                      ("plain", replace(ensemble_config(task, 3, [128, 128], object_frame=False), nll_beta=0.0))):
+        torch.manual_seed(0)
+        m = EnsembleDynamics(cfg)
+        m.fit(transitions(data), steps=1500, seed=0)
+        pred = m.predict(held["obs"][moving], held["action"][moving]).next_obs.numpy()
+        errors[name] = np.linalg.norm(pred[:, 2:4] - held["next_obs"][moving, 2:4], axis=1).mean()
+    still = np.linalg.norm(push[moving], axis=1).mean()
+    assert errors["object_frame"] < 0.85 * still, (errors, still)
+    assert errors["object_frame"] < 0.85 * errors["plain"], errors
