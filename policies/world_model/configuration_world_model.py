@@ -30,6 +30,10 @@ class EnsembleConfig:
     predicted variance ** beta (not differentiated). 0 is MBPO's plain NLL, which on push-T lets the
     members explain every push as noise (a large variance) and predict no block motion; 0.5-1 fits
     the mean like a squared error while still learning the variance.
+
+    ``use_prev_change``: the last observation change (obs - prev_obs, as the target is expressed) is
+    an input too, for states whose velocities are not observed (push-T's pusher); transitions then
+    need ``prev_obs`` and callers pass it to ``predict``.
     """
 
     obs_dim: int = 5
@@ -43,6 +47,7 @@ class EnsembleConfig:
     frame_point_dims: list[int] = field(default_factory=list)
     frame_action_is_point: bool = False
     nll_beta: float = 0.0
+    use_prev_change: bool = False
 
     def __post_init__(self) -> None:
         _positive(self, ("obs_dim", "action_dim", "num_members"))

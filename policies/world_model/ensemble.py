@@ -68,6 +68,7 @@ class GaussianEnsemble(nn.Module):
         self.config = c
         frame = planar_frame(c)
         d_in = frame.feature_dim(c.obs_dim, c.action_dim) if frame else c.obs_dim + c.action_dim
+        d_in += c.obs_dim if c.use_prev_change else 0
         self.d_out = c.obs_dim + 1
         dims = [d_in, *c.hidden_dims]
         self.layers = nn.ModuleList(EnsembleLinear(c.num_members, a, b) for a, b in zip(dims[:-1], dims[1:]))
@@ -95,15 +96,18 @@ def planar_frame(c: EnsembleConfig) -> PlanarFrame | None:
     return PlanarFrame(tuple(c.frame_pose_dims), tuple(c.frame_point_dims), c.frame_action_is_point)
 
 
-def check_transitions(t: dict, obs_dim: int, action_dim: int) -> dict[str, torch.Tensor]:
-    """Validate a transition dict -> float32 tensors (obs, action, next_obs (N, D); reward, terminated (N,))."""
-    missing = [k for k in TRANSITION_KEYS if k not in t]
+def check_transitions(t: dict, obs_dim: int, action_dim: int, prev_obs: bool = False) -> dict[str, torch.Tensor]:
+    """Validate a transition dict -> float32 tensors (obs, action, next_obs (N, D); reward, terminated (N,);
+    with ``prev_obs``, also prev_obs (N, D): the observation one step before obs, obs itself at an
+    episode's first step)."""
+    keys = TRANSITION_KEYS + (("prev_obs",) if prev_obs else ())
+    missing = [k for k in keys if k not in t]
     if missing:
-        raise KeyError(f"transitions need {list(TRANSITION_KEYS)}; missing {missing}")
-    out = {k: torch.as_tensor(np.asarray(t[k]), dtype=torch.float32) for k in TRANSITION_KEYS}
+        raise KeyError(f"transitions need {list(keys)}; missing {missing}")
+    out = {k: torch.as_tensor(np.asarray(t[k]), dtype=torch.float32) for k in keys}
     n = out["obs"].shape[0]
     shapes = {"obs": (n, obs_dim), "next_obs": (n, obs_dim), "action": (n, action_dim), "reward": (n,),
-              "terminated": (n,)}
+              "terminated": (n,), **({"prev_obs": (n, obs_dim)} if prev_obs else {})}
     for k, s in shapes.items():
         if tuple(out[k].shape) != s:
             raise ValueError(f"transitions[{k!r}] has shape {tuple(out[k].shape)}, expected {s}")
@@ -127,21 +131,25 @@ class EnsembleDynamics:
         self.frame = planar_frame(self.config)
 
     # Inputs and targets ---------------------------------------------------------------------
-    def _inputs(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """Raw (obs, action) -> the unnormalized network input."""
-        return self.frame.features(obs, action) if self.frame else torch.cat([obs, action], 1)
+    def _inputs(self, obs: torch.Tensor, action: torch.Tensor, prev_obs: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw (obs, action[, prev_obs]) -> the unnormalized network input."""
+        x = self.frame.features(obs, action) if self.frame else torch.cat([obs, action], 1)
+        if not self.config.use_prev_change:
+            return x
+        return torch.cat([x, self._delta(obs if prev_obs is None else prev_obs, obs, frame_obs=obs)], 1)
 
-    def _delta(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """The state-change target: next_obs - obs, angles wrapped, in the body frame if any."""
+    def _delta(self, obs: torch.Tensor, next_obs: torch.Tensor, frame_obs: torch.Tensor | None = None) -> torch.Tensor:
+        """next_obs - obs, angles wrapped, in the body frame (at ``frame_obs``, default obs) if any:
+        the state-change target, and (from the previous observation) the last change as an input."""
         d = next_obs - obs
         if self.config.angle_dims:
             i = self.config.angle_dims
             d[:, i] = wrap_angle(d[:, i])
-        return self.frame.to_body(obs, d) if self.frame else d
+        return self.frame.to_body(obs if frame_obs is None else frame_obs, d) if self.frame else d
 
     def set_normalization(self, t: dict[str, torch.Tensor]) -> None:
         m = self.model
-        x = self._inputs(t["obs"], t["action"])
+        x = self._inputs(t["obs"], t["action"], t.get("prev_obs"))
         y = torch.cat([self._delta(t["obs"], t["next_obs"]), t["reward"][:, None]], dim=1)
         m.in_mean.copy_(x.mean(0)), m.in_std.copy_(x.std(0).clamp_min(1e-6))
         m.out_mean.copy_(y.mean(0)), m.out_std.copy_(y.std(0).clamp_min(1e-6))
@@ -155,7 +163,7 @@ class EnsembleDynamics:
         if steps < 1 or batch_size < 1 or not 0 <= holdout < 1:
             raise ValueError(f"need steps >= 1, batch_size >= 1, 0 <= holdout < 1; got {steps}, {batch_size}, "
                              f"{holdout}")
-        t = check_transitions(transitions, self.obs_dim, self.action_dim)
+        t = check_transitions(transitions, self.obs_dim, self.action_dim, self.config.use_prev_change)
         gen = torch.Generator().manual_seed(seed)
         n = t["obs"].shape[0]
         perm = torch.randperm(n, generator=gen)
@@ -191,14 +199,18 @@ class EnsembleDynamics:
 
     def _normalized_io(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         m = self.model
-        x = (self._inputs(t["obs"], t["action"]) - m.in_mean) / m.in_std
+        x = (self._inputs(t["obs"], t["action"], t.get("prev_obs")) - m.in_mean) / m.in_std
         y = torch.cat([self._delta(t["obs"], t["next_obs"]), t["reward"][:, None]], 1)
         return x, (y - m.out_mean) / m.out_std
 
     # Inference ------------------------------------------------------------------------------
     @torch.no_grad()
-    def predict(self, obs, action, sample: str = "mean", generator: torch.Generator | None = None) -> Prediction:
+    def predict(self, obs, action, sample: str = "mean", generator: torch.Generator | None = None,
+                prev_obs=None) -> Prediction:
         """obs (B, obs_dim), action (B, action_dim) raw units -> Prediction.
+
+        ``prev_obs`` (B, obs_dim): the observations one step before ``obs``, read by a model with
+        ``use_prev_change``; None means each episode's first step (no change yet).
 
         ``sample``: ``"mean"`` averages the members' means (deterministic); ``"member"`` picks a
         random member per sample and draws from its Gaussian (MBPO's rollouts)."""
@@ -209,7 +221,11 @@ class EnsembleDynamics:
         if obs.shape[0] != action.shape[0]:
             raise ValueError(f"obs batch {obs.shape[0]} differs from action batch {action.shape[0]}")
         m, E, B = self.model, self.config.num_members, obs.shape[0]
-        x = ((self._inputs(obs, action) - m.in_mean) / m.in_std).expand(E, -1, -1)
+        if prev_obs is not None:
+            prev_obs = _checked(prev_obs, self.obs_dim, "prev_obs")
+            if prev_obs.shape[0] != obs.shape[0]:
+                raise ValueError(f"prev_obs batch {prev_obs.shape[0]} differs from obs batch {obs.shape[0]}")
+        x = ((self._inputs(obs, action, prev_obs) - m.in_mean) / m.in_std).expand(E, -1, -1)
         mean, logvar, term = m(x)  # (E, B, D + 1), (E, B)
         disagreement = mean[..., :-1].std(0).mean(-1) if E > 1 else torch.zeros(B)
         if sample == "mean":

@@ -69,6 +69,7 @@ class ImaginedEnv(VectorEnv):
         self.action_space = batch_space(action_space, num_envs)
         self._seed_all(seed)
         self.obs = np.zeros((num_envs, model.obs_dim), np.float32)
+        self.prev_obs = self.obs.copy()  # one step before obs (obs itself at an episode's start)
         self.steps = np.zeros(num_envs, np.int64)
         self.cuts = 0  # episodes cut for disagreement since construction
 
@@ -83,6 +84,7 @@ class ImaginedEnv(VectorEnv):
         if seed is not None:
             self._seed_all(seed)
         self.obs = self._draw_starts(self.num_envs)
+        self.prev_obs = self.obs.copy()
         self.steps[:] = 0
         return self.obs.copy(), {}
 
@@ -93,7 +95,7 @@ class ImaginedEnv(VectorEnv):
         if not np.all(np.isfinite(a)):
             raise ValueError("actions contain NaN or inf")
         a = np.clip(a, self.single_action_space.low, self.single_action_space.high)
-        p = self.model.predict(self.obs, a, sample=self.sample, generator=self.generator)
+        p = self.model.predict(self.obs, a, sample=self.sample, generator=self.generator, prev_obs=self.prev_obs)
         nxt = p.next_obs.numpy().astype(np.float32)
         low, high = self.single_observation_space.low, self.single_observation_space.high
         nxt = np.clip(nxt, low, high)
@@ -108,11 +110,12 @@ class ImaginedEnv(VectorEnv):
         self.cuts += int((cut & ~terminated).sum())
         info: dict[str, Any] = {"disagreement": disagreement, "is_success": success, "cut": cut & ~terminated}
         done = terminated | truncated
-        self.obs = nxt
+        self.prev_obs, self.obs = self.obs, nxt
         out = nxt.copy()
         if done.any():
             info["final_obs"], info["_final_obs"] = nxt.copy(), done.copy()
             out[done] = self.obs[done] = self._draw_starts(int(done.sum()))
+            self.prev_obs[done] = self.obs[done]
             self.steps[done] = 0
         return out, reward.astype(np.float32), terminated, truncated, info
 

@@ -30,12 +30,14 @@ def imagine_rollout(model: EnsembleDynamics, policy, start_obs, steps: int, task
     best = np.full(B, -np.inf)
     low, high = task.action_space.low, task.action_space.high
     traj = [obs.copy()]
+    prev = obs.copy()
     for _ in range(steps):
         a = np.clip(np.asarray(policy.act(obs), np.float32), low, high)
-        p = model.predict(obs, a, sample=sample, generator=gen)
+        p = model.predict(obs, a, sample=sample, generator=gen, prev_obs=prev)
         nxt = p.next_obs.numpy()
         if task.observation_space is not None:
             nxt = np.clip(nxt, task.observation_space.low, task.observation_space.high)
+        prev = obs
         obs = np.where(alive[:, None], nxt, obs).astype(np.float32)
         length += alive
         best = np.where(alive, np.maximum(best, p.reward.numpy()), best)
@@ -92,10 +94,11 @@ def open_loop_error(model: EnsembleDynamics, episodes: list[Episode], horizon: i
     if not eps:
         raise ValueError(f"no episode is at least {horizon} steps long")
     obs = np.stack([e["obs"][0] for e in eps])
+    prev = obs
     errs = []
     for k in range(horizon):
         a = np.stack([e["action"][k] for e in eps])
-        obs = model.predict(obs, a).next_obs.numpy()
+        obs, prev = model.predict(obs, a, prev_obs=prev).next_obs.numpy(), obs
         d = obs - np.stack([e["next_obs"][k] for e in eps])
         for i in angle_dims:
             d[:, i] = (d[:, i] + np.pi) % (2 * np.pi) - np.pi

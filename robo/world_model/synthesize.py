@@ -34,8 +34,10 @@ def segments_from_episodes(episodes: list[Episode], horizon: int, stride: int = 
 def dynamics_residual(model: EnsembleDynamics, seg: torch.Tensor, obs_dim: int, action_dim: int) -> np.ndarray:
     """(B,) mean |model(s_t, a_t) - s_{t+1}| over a segment's steps (obs units)."""
     B, H, _ = seg.shape
-    s, a = seg[:, :-1, :obs_dim].reshape(-1, obs_dim), seg[:, :-1, obs_dim:obs_dim + action_dim].reshape(-1, action_dim)
-    pred = model.predict(s, a).next_obs.reshape(B, H - 1, obs_dim)
+    states = seg[:, :, :obs_dim]
+    prev = torch.cat([states[:, :1], states[:, :-2]], 1).reshape(-1, obs_dim)  # the first step has none
+    s, a = states[:, :-1].reshape(-1, obs_dim), seg[:, :-1, obs_dim:obs_dim + action_dim].reshape(-1, action_dim)
+    pred = model.predict(s, a, prev_obs=prev).next_obs.reshape(B, H - 1, obs_dim)
     return (pred - seg[:, 1:, :obs_dim]).abs().mean((1, 2)).numpy()
 
 

@@ -71,11 +71,19 @@ def ensemble_config(task: ImagineTask, members: int = 5, hidden_dims: list[int] 
 
 
 def transitions(episodes: list[Episode]) -> dict[str, np.ndarray]:
-    """Concatenate episodes into one transition dict (obs, action, next_obs, reward, terminated)."""
+    """Concatenate episodes into one transition dict (obs, action, next_obs, reward, terminated, and
+    prev_obs: the step before, the first obs itself at each episode's start)."""
     if not episodes:
         raise ValueError("no episodes to take transitions from")
     keys = ("obs", "action", "next_obs", "reward", "terminated")
-    return {k: np.concatenate([e[k] for e in episodes]).astype(np.float32) for k in keys}
+    out = {k: np.concatenate([e[k] for e in episodes]).astype(np.float32) for k in keys}
+    out["prev_obs"] = np.concatenate([previous(e["obs"]) for e in episodes]).astype(np.float32)
+    return out
+
+
+def previous(obs: np.ndarray) -> np.ndarray:
+    """(T, D) observations of one episode -> (T, D) each one's predecessor (the first: itself)."""
+    return np.concatenate([obs[:1], obs[:-1]])
 
 
 def from_demos(demos: list[Episode]) -> list[Episode]:
@@ -261,7 +269,7 @@ def make_task(name: str) -> ImagineTask:
                            [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8], make_pusht_env,
                            # the block (x, y, yaw) is the body; the pusher and its target are points
                            {"frame_pose_dims": [2, 3, 4], "frame_point_dims": [0, 1], "frame_action_is_point": True,
-                            "nll_beta": 1.0})
+                            "nll_beta": 1.0, "use_prev_change": True})
     if name == "obstacle_reach":
         env = make_toy_env()
         steps = env.unwrapped.max_steps
