@@ -5,7 +5,7 @@ Each of ``E`` members maps normalized (obs, action) to a Gaussian over the norma
 resample of the transitions; their disagreement (the spread of their mean next-state
 predictions, in normalized units) measures where the model does not know the dynamics. With
 ``EnsembleConfig.frame_pose_dims`` set, inputs and the body's position change are object-centric
-(``frames.PlanarFrame``): what makes a push-T model learn contact at all.
+(``frames.PlanarFrame``); ``nll_beta`` > 0 is what makes a push-T model learn pushes at all.
 
     model = EnsembleDynamics(EnsembleConfig(obs_dim=5, action_dim=2))
     model.fit(transitions, steps=3000)            # {"obs", "action", "next_obs", "reward", "terminated"}

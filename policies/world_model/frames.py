@@ -1,8 +1,8 @@
 """Object-centric inputs and targets for planar manipulation dynamics.
 
 Whether a pusher moves a block depends on where the pusher is *relative to the block, in the
-block's frame*; an MLP fed world coordinates must learn that geometry anew at every block pose, and
-on push-T it does not (it learns no contact at all from 27k transitions). ``PlanarFrame`` hands the
+block's frame*; an MLP fed world coordinates must learn that geometry anew at every block pose (on
+push-T, with beta-NLL: holdout error 0.22 in world coordinates, 0.13 in the block frame). ``PlanarFrame`` hands the
 model that geometry instead: the inputs gain sin/cos of the body's yaw, each tracked point (e.g.
 the pusher) and a point-valued action (e.g. the pusher's target) in the body frame, and the action
 relative to each point; the body's own position change is predicted in its frame at the start of
