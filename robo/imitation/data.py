@@ -4,7 +4,11 @@ An episode is a dict of equal-length arrays: ``obs`` (T, obs_dim), ``action`` (T
 optionally ``image`` (T, 3, H, W) (uint8 in [0, 255] or float in [0, 1]) and ``reward`` (T,).
 A window starting at step s holds obs[s : s + n_obs_steps] and action[s : s + horizon], with
 indices clamped to the episode (its first / last step repeated), for s from -(n_obs_steps - 1)
-to T - horizon + n_action_steps - 1 (Diffusion Policy's padding).
+to T - horizon + n_action_steps - 1 (Diffusion Policy's padding). An episode recorded from a
+chunked policy may carry ``plan`` (T,) bool, the steps where the policy planned a new chunk: then
+only the windows whose first executed step (s + n_obs_steps - 1) is a planning step are kept: each
+window's executed actions then come from one plan, not from two, between which a stochastic policy
+may have switched to another way of doing the task.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class ChunkWindows:
         for ep in episodes:
             T = len(ep["obs"])
             s = np.arange(-(n_obs_steps - 1), max(T - horizon + n_action_steps, -(n_obs_steps - 1) + 1))
+            if "plan" in ep:
+                s = s[np.asarray(ep["plan"], bool)[np.clip(s + n_obs_steps - 1, 0, T - 1)]]
             idx = np.clip(s[:, None] + np.arange(horizon)[None], 0, T - 1) + offsets
             starts.append(idx)
             offsets += T

@@ -5,7 +5,9 @@
   ``train.base=<checkpoint>``) on real and imagined envs (``train.imagined_fraction``); the result
   is scored in the sim.
 - ``synthesize``: BC on a few demos, fine-tuned on successful segments from a policy-guided
-  trajectory diffusion model; both scored in the sim.
+  trajectory diffusion model; both scored in the sim. With ``synthesize.base=<chunked checkpoint>``
+  instead: that policy acts in the world model, and is fine-tuned on its imagined successes (and its
+  demos) and saved; base and fine-tuned policy are scored in the sim (Ctrl-World's loop).
 
 The world model is loaded from ``model.path`` or fitted on behaviour data (or, ``model.data=demos``, on
 the task's demos) and saved in the run.
@@ -205,11 +207,51 @@ def train(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_d
     return TRAINERS[c["train"]["algo"]](c, task, model, data, run_dir)
 
 
+# synthesize.* keys of the fine-tuning of a chunked base on its imagined successes
+ROLLOUT_KEYS = ("base", "attempts", "select", "with_demos", "finetune_steps", "finetune_lr", "finetune_batch")
+
+
 def synthesize_cmd(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
     from .synthesize import synthesis_experiment
 
     s = dict(c["synthesize"])
+    rollout = {k: s.pop(k) for k in ROLLOUT_KEYS if k in s}
+    if rollout.get("base"):
+        return improve_on_imagined(c, task, model, data, run_dir, rollout, int(s["eval_episodes"]))
     return synthesis_experiment(task, data, seed=int(c["seed"]), **s)
+
+
+def improve_on_imagined(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path, r: dict,
+                        eval_episodes: int) -> dict:
+    """``synthesize.base``: roll the chunked policy out in the model from the data's start states
+    (``attempts`` per start), fine-tune a copy on its imagined successes (``select``: all | shortest)
+    plus, with ``with_demos``, the task's demos (``model.demos`` / ``model.demo_seed``), save it in
+    ``checkpoints/latest/policy`` and score base and fine-tuned policy in the sim on the same seeds."""
+    from policies.registry import load_policy
+
+    from .self_improve import finetune, imagined_successes
+
+    seed = int(c["seed"])
+    base = load_policy(r["base"])
+    imagined, stats = imagined_successes(model, base, start_states(data), task, int(r["attempts"]), r["select"],
+                                         seed=seed)
+    log.info("imagined rollouts: %s", stats)
+    demos = []
+    if r["with_demos"]:
+        from robo.imitation.sources import load_episodes
+
+        m = c["model"]
+        demos = load_episodes(c["task"], None, m.get("demos"), int(m.get("demo_seed") or 0))
+    if not imagined and not demos:
+        raise ValueError(f"no imagined episode of {r['base']} succeeded ({stats['rollouts']} rollouts) and "
+                         "synthesize.with_demos is false: nothing to fine-tune on")
+    policy = finetune(load_policy(r["base"]), demos + imagined, int(r["finetune_steps"]), float(r["finetune_lr"]),
+                      int(r["finetune_batch"]), seed=seed, run_dir=run_dir / "finetune")
+    policy.save(run_dir / "checkpoints" / "latest" / "policy")
+    _, ok_base = task.collect(base, eval_episodes, seed=seed + 20_000)
+    _, ok = task.collect(policy, eval_episodes, seed=seed + 20_000)
+    return {**stats, "demos": len(demos), "base_sim_success": float(ok_base.mean()), "sim_success": float(ok.mean()),
+            "gain": float(ok.mean() - ok_base.mean())}
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:

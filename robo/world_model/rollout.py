@@ -20,7 +20,8 @@ def imagine_rollout(model: EnsembleDynamics, policy, start_obs, steps: int, task
     An episode ends when the model predicts termination (a failure), when ``task.success_fn`` holds
     (``success_at="any"``), or is cut when disagreement exceeds the threshold (a failure).
     Returns success (B,) bool, cut (B,) bool, length (B,), max_reward (B,) (the best predicted
-    reward, a graded score where imagined success is rare) and obs (steps + 1, B, D)."""
+    reward, a graded score where imagined success is rare), obs (T + 1, B, D) and action (T, B, A),
+    T <= steps; episode i's own steps are obs[:length[i] + 1] and action[:length[i]]."""
     obs = np.asarray(start_obs, np.float32).copy()
     B = len(obs)
     gen = torch.Generator().manual_seed(seed)
@@ -29,10 +30,11 @@ def imagine_rollout(model: EnsembleDynamics, policy, start_obs, steps: int, task
     length = np.zeros(B, int)
     best = np.full(B, -np.inf)
     low, high = task.action_space.low, task.action_space.high
-    traj = [obs.copy()]
+    traj, actions = [obs.copy()], []
     prev = obs.copy()
     for _ in range(steps):
         a = np.clip(np.asarray(policy.act(obs), np.float32), low, high)
+        actions.append(a)
         p = model.predict(obs, a, sample=sample, generator=gen, prev_obs=prev)
         nxt = p.next_obs.numpy()
         if task.observation_space is not None:
@@ -53,7 +55,8 @@ def imagine_rollout(model: EnsembleDynamics, policy, start_obs, steps: int, task
             break
     if task.success_at == "final":
         success = alive & task.success_fn(obs)
-    return {"success": success, "cut": cut, "length": length, "max_reward": best, "obs": np.stack(traj)}
+    return {"success": success, "cut": cut, "length": length, "max_reward": best, "obs": np.stack(traj),
+            "action": np.stack(actions)}
 
 
 def spearman(x, y) -> float:

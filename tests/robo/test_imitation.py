@@ -41,6 +41,17 @@ def test_windows_pad_with_the_episode_edges():
         compute_stats([{"obs": ep["obs"] * np.nan, "action": ep["action"]}])
 
 
+def test_windows_of_a_recorded_policy_start_at_its_planning_steps():
+    """An episode with ``plan`` (a chunked policy replanning every 2 steps) keeps only the windows whose
+    first executed action is the first of a plan; episodes without it keep every window."""
+    obs = np.arange(7, dtype=np.float32)[:, None] * [1, 1]
+    ep = {"obs": obs, "action": np.arange(7, dtype=np.float32)[:, None], "plan": np.arange(7) % 2 == 0}
+    w = ChunkWindows([ep, {"obs": obs, "action": ep["action"]}], n_obs_steps=2, horizon=4, n_action_steps=2)
+    b = w.batch(torch.arange(len(w)))
+    executed_first = b["action"][:, 1, 0].tolist()  # index n_obs_steps - 1 of each window
+    assert executed_first[:3] == [0, 2, 4] and len(w) == 3 + 6
+    assert executed_first[3:] == [0, 1, 2, 3, 4, 5]
+
 def test_training_beats_the_untrained_policy_on_the_multimodal_toy_task(tmp_path):
     torch.set_num_threads(1)
     policy, windows = toy_setup()

@@ -1,0 +1,127 @@
+"""Fine-tuning a chunked policy on its own successful imagined rollouts (Ctrl-World's loop), as one table.
+
+For the base, the same base fine-tuned on its demos only (the control: as many steps), on demos +
+imagined successes, and on imagined successes only: success in the simulator on the same seeds.
+It also reports the imagined success rate and how many imagined successes reproduce when their
+actions are replayed open loop in the simulator from the same start (the data's fidelity).
+
+    python benchmarks/imagined_finetune.py                     # toy obstacle_reach: base trained here, 3 seeds
+    python benchmarks/imagined_finetune.py --task pusht --base <chunked checkpoint> --model <ensemble folder> \\
+        --attempts 8 --select shortest
+
+Toy: the base is a diffusion policy (MLP denoiser) trained 5,000 steps on 100 scripted demos; the
+ensemble is fitted on 200 behaviour episodes (noisy expert). push-T: ``--base`` was imitated from
+``--demos`` demos generated with ``--demo-seed``; ``--model`` is a fitted ensemble (else one is fitted
+on ``--data`` behaviour episodes). One thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+import numpy as np
+import torch
+from table import print_table
+
+from policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policies.registry import load_policy
+from policies.world_model import EnsembleDynamics
+from robo.imitation.data import ChunkWindows, compute_stats
+from robo.imitation.evaluate import evaluate_chunked_policy
+from robo.world_model.self_improve import finetune, imagined_successes, replay_in_sim
+from robo.world_model.tasks import ensemble_config, make_task, transitions
+
+START_SEED, EVAL_SEED = 70_000, 100_000
+SIZES = {"obstacle_reach": {"eval": 200, "starts": 256, "steps": 2000, "batch": 256},
+         "pusht": {"eval": 100, "starts": 512, "steps": 3000, "batch": 64}}
+
+
+def toy_base(seed: int, steps: int = 5000):
+    from sims.toy import generate_demos
+
+    torch.manual_seed(seed)
+    demos = generate_demos(100, seed=0)
+    policy = DiffusionPolicy(DiffusionConfig(obs_dim=2, action_dim=2, denoiser="mlp", mlp_hidden=128, mlp_blocks=2))
+    policy.set_normalization(compute_stats(demos))
+    windows = ChunkWindows(demos, policy.n_obs_steps, policy.horizon, policy.n_action_steps)
+    opt = torch.optim.AdamW(policy.model.parameters(), 1e-3)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        loss = policy.compute_loss(windows.batch(torch.randint(len(windows), (256,), generator=gen)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        policy.update_ema()
+    return policy, demos
+
+
+def experiment(task, base, demos, model, args, seed: int) -> list[dict]:
+    size = SIZES[task.name]
+
+    def success(policy) -> float:
+        return evaluate_chunked_policy(policy, lambda render_mode=None: task.make_env(), size["eval"],
+                                       seed=EVAL_SEED)["success_rate"]
+
+    starts, _ = task.collect(task.behaviour(seed + 7), size["starts"], seed=START_SEED, max_steps=1)
+    start = np.stack([e["obs"][0] for e in starts])
+    t = time.perf_counter()
+    imagined, st = imagined_successes(model, base, start, task, args.attempts, args.select, seed=seed)
+    imagine_s = time.perf_counter() - t
+    replayed = replay_in_sim(task.make_env, imagined, START_SEED + np.arange(len(start)))
+    common = {"seed": seed, "imagined success": st["imagined_success"], "kept": st["kept"],
+              "replay ok": float(replayed.mean()) if len(replayed) else float("nan"), "imagine s": imagine_s}
+    rows = [{**common, "data": "base", "sim success": success(base)}]
+    for label, data in (("demos", demos), ("demos + imagined", demos + imagined), ("imagined", imagined)):
+        policy = finetune(copy.deepcopy(base), data, size["steps"], lr=args.lr, batch_size=size["batch"], seed=seed)
+        rows.append({**common, "data": label, "sim success": success(policy)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="obstacle_reach", choices=sorted(SIZES))
+    ap.add_argument("--seeds", type=int, default=3, help="toy: bases trained with seeds 0..N-1")
+    ap.add_argument("--base", default=None, help="push-T: the chunked policy checkpoint to improve")
+    ap.add_argument("--demos", type=int, default=200, help="push-T: demos the base was imitated from")
+    ap.add_argument("--demo-seed", type=int, default=0)
+    ap.add_argument("--model", default=None, help="a fitted EnsembleDynamics folder")
+    ap.add_argument("--data", type=int, default=200, help="behaviour episodes to fit a model on (no --model)")
+    ap.add_argument("--fit-steps", type=int, default=5000)
+    ap.add_argument("--attempts", type=int, default=1, help="imagined rollouts per start")
+    ap.add_argument("--select", default="all", choices=["all", "shortest"])
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    task = make_task(args.task)
+    if args.model:
+        model = EnsembleDynamics.load(args.model)
+    else:
+        data, _ = task.collect(task.behaviour(0), args.data, seed=0)
+        model = EnsembleDynamics(ensemble_config(task, 5, [200, 200, 200]))
+        print("model", model.fit(transitions(data), steps=args.fit_steps, seed=0), flush=True)
+    rows = []
+    if args.task == "pusht":
+        if not args.base:
+            ap.error("--task pusht needs --base <chunked policy checkpoint>")
+        from robo.imitation.demos import pusht_demos
+
+        rows += experiment(task, load_policy(args.base), pusht_demos(args.demos, seed=args.demo_seed), model, args, 0)
+    else:
+        for seed in range(args.seeds):
+            base, demos = toy_base(seed)
+            rows += experiment(task, base, demos, model, args, seed)
+    print(f"\n{args.task}: fine-tuned on demos / imagined successes ({args.attempts} attempts per start, "
+          f"select {args.select}); sim success on {SIZES[args.task]['eval']} episodes")
+    print_table(rows, ["seed", "data", "sim success", "imagined success", "kept", "replay ok", "imagine s"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
