@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 MODES = ("evaluate", "train", "synthesize")
 
 
+def model_setting(task: ImagineTask, m: dict, key: str) -> int:
+    """``m[key]`` (``data_episodes`` or ``fit_steps``), or the task's default where it is null."""
+    value = m.get(key)
+    return int(task.model_size[key] if value is None else value)
+
+
 def model_data(task: ImagineTask, task_cfg: dict, m: dict, seed: int) -> list:
     """The episodes the ensemble is fitted on (and imagined episodes start from): ``m["data"]`` is
     ``behaviour`` (``m["data_episodes"]`` episodes of the task's mixed-quality policy, run in the sim)
@@ -41,7 +47,7 @@ def model_data(task: ImagineTask, task_cfg: dict, m: dict, seed: int) -> list:
     data a policy was imitated from, so no new env steps)."""
     kind = m.get("data", "behaviour")
     if kind == "behaviour":
-        return task.collect(task.behaviour(seed), int(m["data_episodes"]), seed=seed)[0]
+        return task.collect(task.behaviour(seed), model_setting(task, m, "data_episodes"), seed=seed)[0]
     if kind == "demos":
         from robo.imitation.sources import load_episodes
 
@@ -60,7 +66,7 @@ def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int,
                              f"{task.name} has {(task.obs_dim, task.action_dim)}")
         return model, data
     model = EnsembleDynamics(ensemble_config(task, m["members"], m["hidden_dims"], m.get("object_frame", True)))
-    stats = model.fit(transitions(data), steps=int(m["fit_steps"]), seed=seed)
+    stats = model.fit(transitions(data), steps=model_setting(task, m, "fit_steps"), seed=seed)
     log.info("world model fitted: %s", stats)
     model.save(run_dir / "world_model")
     return model, data

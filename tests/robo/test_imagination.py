@@ -236,3 +236,15 @@ def test_pusht_model_learns_block_motion():
     still = np.linalg.norm(push[moving], axis=1).mean()
     assert errors["push_t"] < 0.85 * still, (errors, still)
     assert errors["push_t"] < 0.85 * errors["plain"], errors
+
+
+def test_model_size_defaults_come_from_the_task():
+    """``model.data_episodes`` / ``model.fit_steps`` null: the task's (push-T needs 600 episodes)."""
+    from robo.world_model.command import model_setting
+    from robo.world_model.tasks import make_task
+
+    pusht, hover = make_task("pusht"), make_task("hover")
+    assert model_setting(pusht, {"data_episodes": None}, "data_episodes") == 600
+    assert model_setting(pusht, {"fit_steps": None}, "fit_steps") == 8000
+    assert model_setting(hover, {"data_episodes": None, "fit_steps": None}, "fit_steps") == 2000
+    assert model_setting(pusht, {"data_episodes": 12}, "data_episodes") == 12
