@@ -239,6 +239,9 @@ def improve_on_imagined(c: dict, task: ImagineTask, model: EnsembleDynamics, dat
 
     seed = int(c["seed"])
     base = load_policy(r["base"])
+    if not hasattr(base, "n_action_steps"):
+        raise ValueError(f"synthesize.base={r['base']} is a {base.kind!r} policy; the fine-tuning continues a chunked "
+                         "policy's imitation training (diffusion or energy)")
     imagined, stats = imagined_successes(model, base, start_states(data), task, int(r["attempts"]), r["select"],
                                          seed=seed)
     log.info("imagined rollouts: %s", stats)

@@ -147,3 +147,10 @@ def test_robo_imagine_synthesize_finetunes_a_chunked_base(tmp_path):
     assert tuned.kind == base.kind
     before, after = base.model.state_dict(), tuned.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+    from policies.mlp import MLPConfig, MLPPolicy
+
+    MLPPolicy(MLPConfig(obs_dim=2, action_dim=2)).save(tmp_path / "mlp")
+    overrides[2] = f"synthesize.base={tmp_path / 'mlp'}"
+    with initialize_config_module("robo.configs", version_base=None), pytest.raises(ValueError, match="chunked"):
+        run(compose("imagine", overrides=overrides), tmp_path / "run_mlp")
