@@ -25,6 +25,7 @@ import time
 import numpy as np
 import torch
 from table import print_table
+from world_model import fit_model
 
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policies.registry import load_policy
@@ -32,7 +33,7 @@ from policies.world_model import EnsembleDynamics
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.world_model.self_improve import finetune, imagined_successes, replay_in_sim
-from robo.world_model.tasks import ensemble_config, make_task, transitions
+from robo.world_model.tasks import make_task
 
 START_SEED, EVAL_SEED = 70_000, 100_000
 SIZES = {"obstacle_reach": {"eval": 200, "starts": 256, "steps": 2000, "batch": 256},
@@ -102,8 +103,8 @@ def main() -> None:
         model = EnsembleDynamics.load(args.model)
     else:
         data, _ = task.collect(task.behaviour(0), args.data, seed=0)
-        model = EnsembleDynamics(ensemble_config(task, 5, [200, 200, 200]))
-        print("model", model.fit(transitions(data), steps=args.fit_steps, seed=0), flush=True)
+        model, stats = fit_model(task, data, args.fit_steps, seed=0, hidden=[200, 200, 200])
+        print("model", stats, flush=True)
     rows = []
     if args.task == "pusht":
         if not args.base:
