@@ -57,7 +57,13 @@ class EnergyConfig(ChunkConfig):
     of each demo (a proper scoring rule: it rewards matching the demos' distribution, so
     different guesses land in different modes by construction; needs M >= 2 and noise guesses).
     ``contrastive_weight`` > 0 adds an InfoNCE term (demo vs. ``n_negatives`` uniform chunks)
-    that keeps the energy low at demonstrations, so the final energy is a usable uncertainty.
+    that keeps the energy low at demonstrations, so the final energy is a usable uncertainty; with
+    ``contrastive_negatives="descended"`` the negatives are the policy's own M descended samples
+    (detached), so the energy learns to rank its own samples (what ``n_candidates`` relies on).
+    ``n_candidates`` > 1 is EBT's self-verification at inference: the given guess and
+    ``n_candidates - 1`` guesses drawn from N(0, 1) by the policy's own generator (seeded with
+    ``candidate_seed`` at construction and at every full ``reset()``) are descended in one batch,
+    and the chunk with the lowest final energy is kept.
     """
 
     d_model: int = 64
@@ -79,9 +85,14 @@ class EnergyConfig(ChunkConfig):
     hypothesis_mix: float = 0.1  # weight of the mean (vs. the min) over hypotheses
     contrastive_weight: float = 0.1
     n_negatives: int = 16
+    contrastive_negatives: str = "uniform"  # uniform (n_negatives chunks in [-1, 1]) | descended (the M samples)
+    n_candidates: int = 1  # guesses descended per chunk at inference; the lowest final energy wins
+    candidate_seed: int = 0  # seeds the generator of the extra candidates
 
     def validate(self) -> None:
         super().validate()
+        if self.n_candidates < 1:
+            raise ValueError(f"n_candidates={self.n_candidates} must be >= 1")
         if self.actions_per_token < 1 or self.horizon % self.actions_per_token:
             raise ValueError(f"horizon={self.horizon} must be a multiple of actions_per_token={self.actions_per_token}")
         if self.d_model % self.n_heads:
@@ -102,6 +113,9 @@ class EnergyConfig(ChunkConfig):
         if self.objective == "energy_score" and self.n_hypotheses < 2:
             raise ValueError(f"objective='energy_score' compares samples: needs n_hypotheses >= 2, "
                              f"got {self.n_hypotheses}")
+        if self.contrastive_negatives not in ("uniform", "descended"):
+            raise ValueError(f"unknown contrastive_negatives {self.contrastive_negatives!r}; "
+                             "choose 'uniform' or 'descended'")
         if self.loss_on not in ("all", "last"):
             raise ValueError(f"unknown loss_on {self.loss_on!r}; choose 'all' or 'last'")
 

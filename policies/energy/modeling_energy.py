@@ -136,12 +136,22 @@ def energy_of_candidates(model: nn.Module, obs_n: torch.Tensor, chunks: torch.Te
     return model(obs_rep, chunks.reshape(b * n, *chunks.shape[2:])).view(b, n)
 
 
+def select_lowest_energy(chunks: torch.Tensor, energy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """chunks (B, N, H, A), energy (B, N) -> the chunk (B, H, A) of lowest energy per row, and its energy (B,)."""
+    best = energy.argmin(dim=1)
+    rows = torch.arange(chunks.shape[0])
+    return chunks[rows, best], energy[rows, best]
+
+
 class EnergyPolicy(ChunkPolicyBase):
     """``ChunkedPolicy`` around ``EnergyTransformer``: kind "energy".
 
     ``noise`` (B, horizon, action_dim) is the initial guess of the normalized chunk that the
     descent starts from (zeros, or N(0, 1) clamped to [-1, 1] with ``default_init="noise"``,
     when None). ``last_energy`` (B,) holds the final energy: an uncertainty, lower is surer.
+    With ``config.n_candidates`` = N > 1 the guess is one of N candidates descended together, the
+    others drawn by ``self.candidates`` (a generator: a chunk then depends on its draws too); the
+    chunk of lowest final energy is returned (``select_lowest_energy``).
     """
 
     config_class = EnergyConfig
@@ -150,15 +160,29 @@ class EnergyPolicy(ChunkPolicyBase):
     def __init__(self, config: EnergyConfig | None = None, model: EnergyTransformer | None = None):
         config = config or (model.config if model is not None else EnergyConfig())
         super().__init__(config, model if model is not None else EnergyTransformer(config))
+        self.candidates = torch.Generator().manual_seed(self.config.candidate_seed)
+
+    def reset(self, mask=None) -> None:
+        """Clear the queues (``ChunkPolicyBase.reset``); a full reset also reseeds ``candidates``."""
+        super().reset(mask)
+        if mask is None:
+            self.candidates.manual_seed(self.config.candidate_seed)
 
     def _default_init(self, batch: int) -> torch.Tensor:
         shape = (batch, self.horizon, self.action_dim)
         return torch.randn(shape) if self.config.default_init == "noise" else torch.zeros(shape)
 
-    def _infer(self, obs_n: torch.Tensor, init: torch.Tensor | None, n_steps: int | None = None):
-        init = self._default_init(obs_n.shape[0]) if init is None else init
+    def _infer(self, obs_n: torch.Tensor, init: torch.Tensor | None, n_steps: int | None = None,
+               n_candidates: int | None = None):
+        b, n = obs_n.shape[0], n_candidates or self.config.n_candidates
+        init = self._default_init(b) if init is None else init
+        if n > 1:
+            extra = torch.randn(b, n - 1, *init.shape[1:], generator=self.candidates)
+            init = torch.cat([init[:, None], extra], dim=1).flatten(0, 1)  # (B * N, H, A)
+            obs_n = obs_n.repeat_interleave(n, 0)
         chunk = descend(self.model, obs_n, init, n_steps or self.config.n_steps, self.config.grad_clip)[-1]
-        return chunk, self.model(obs_n, chunk).detach()
+        energy = self.model(obs_n, chunk).detach()
+        return select_lowest_energy(chunk.view(b, n, *chunk.shape[1:]), energy.view(b, n))
 
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:
         cfg, m = self.config, self.config.n_hypotheses
@@ -176,7 +200,10 @@ class EnergyPolicy(ChunkPolicyBase):
             loss = (w * errors).sum() / w.sum()
         if cfg.contrastive_weight > 0:
             b = action_n.shape[0]
-            negatives = torch.rand(b, cfg.n_negatives, *action_n.shape[1:]) * 2 - 1
+            if cfg.contrastive_negatives == "descended":  # the model's own samples: energy ~ -log p (max. likelihood)
+                negatives = chunks[-1].detach().view(b, m, *action_n.shape[1:])
+            else:
+                negatives = torch.rand(b, cfg.n_negatives, *action_n.shape[1:]) * 2 - 1
             energies = energy_of_candidates(self.model, obs_n, torch.cat([action_n[:, None], negatives], dim=1))
             loss = loss + cfg.contrastive_weight * info_nce(energies[:, 0], energies[:, 1:])
         return loss

@@ -150,6 +150,44 @@ def test_energy_inference_is_k_gradient_steps(trained_energy):
     assert e_start.mean() < e_zero.mean()  # one step already lowers the energy
 
 
+def test_candidates_keep_the_lowest_energy_chunk(trained_energy):
+    policy = trained_energy
+    obs = toy_batch(32, policy.horizon, torch.Generator().manual_seed(9))["obs"]
+    guess = torch.randn(32, *policy.noise_shape, generator=torch.Generator().manual_seed(10))
+    one, e_one = policy.predict_chunk(obs, guess, return_energy=True)
+    policy.reset()
+    best, e_best = policy.predict_chunk(obs, guess, return_energy=True, n_candidates=8)
+    assert (e_best <= e_one + 1e-5).all() and (e_best < e_one - 1e-4).any()  # the guess is one of the candidates
+    with torch.no_grad():
+        e_check = policy.model(policy.model.obs_normalizer(obs), policy.model.action_normalizer(best))
+    assert torch.allclose(e_check, e_best, atol=1e-5)  # the energy reported is the kept chunk's
+    kept_guess = (e_best - e_one).abs() < 1e-6
+    assert torch.allclose(best[kept_guess], one[kept_guess], atol=1e-5)
+    policy.reset()  # reseeds the candidates' generator: the same draws again
+    assert torch.equal(policy.predict_chunk(obs, guess, n_candidates=8), best)
+    with pytest.raises(ValueError, match="n_candidates"):
+        EnergyConfig(n_candidates=0).validate()
+
+
+def test_descended_negatives_teach_the_energy_to_rank_its_own_samples():
+    """InfoNCE against the policy's own descended samples puts the demos below them (what picking the
+    lowest-energy candidate relies on); without it the ranking is near chance."""
+    below = {}
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        policy = fit(energy_policy(objective="energy_score", n_hypotheses=4, loss_on="last", default_init="noise",
+                                   contrastive_weight=weight, contrastive_negatives="descended"), 150)
+        batch = toy_batch(256, policy.horizon, torch.Generator().manual_seed(7))
+        _, e_sample = policy.predict_chunk(batch["obs"], torch.randn(256, *policy.noise_shape), return_energy=True)
+        with torch.no_grad():
+            e_demo = policy.model(policy.model.obs_normalizer(batch["obs"]),
+                                  policy.model.action_normalizer(batch["action"]))
+        below[weight] = (e_demo < e_sample).float().mean().item()
+    assert below[1.0] > 0.9 and below[1.0] > below[0.0] + 0.2, below  # measured 0.98 vs 0.52
+    with pytest.raises(ValueError, match="contrastive_negatives"):
+        EnergyConfig(contrastive_negatives="hard").validate()
+
+
 def mode_error_steps(policy, k):
     batch = toy_batch(256, policy.horizon, torch.Generator().manual_seed(123))
     pred = policy.predict_chunk(batch["obs"], n_steps=k)
