@@ -68,3 +68,19 @@ def with_execution_horizon(policy: ChunkedPolicy, n_action_steps: int) -> Chunke
     out.config, out.n_action_steps = config, n
     out.reset()
     return out
+
+
+def with_single_guess(policy: ChunkedPolicy) -> ChunkedPolicy:
+    """``policy`` itself, or, for an energy policy that keeps the best of several candidate guesses
+    (``config.n_candidates > 1``), a weight-sharing copy that descends only the guess it is given.
+
+    Latent-noise steering needs a chunk that is a function of (observations, noise) alone; extra
+    candidates from the policy's own generator would make the steered env stochastic and let them
+    override the actor's choice.
+    """
+    if getattr(policy.config, "n_candidates", 1) == 1:
+        return policy
+    out = copy.copy(policy)
+    out.config = dataclasses.replace(policy.config, n_candidates=1)
+    out.reset()
+    return out

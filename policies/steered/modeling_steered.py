@@ -15,7 +15,7 @@ import torch
 
 from ..base import ArrayLike, as_obs_tensor
 from ..checkpoint import atomic_directory, load_checkpoint, save_checkpoint
-from ..chunked import ChunkedPolicy
+from ..chunked import ChunkedPolicy, with_single_guess
 from ..mlp import MLPActor, MLPConfig
 from .configuration_steered import SteeredConfig
 
@@ -50,7 +50,7 @@ class SteeredPolicy:
 
     def __init__(self, base: ChunkedPolicy, config: SteeredConfig, actor: MLPActor | None = None):
         check_base(base)
-        self.base, self.config = base, config
+        self.base, self.config = with_single_guess(base), config  # the actor's noise alone sets a chunk
         expected = (base.obs_dim, base.action_dim, base.n_obs_steps, list(base.noise_shape))
         got = (config.obs_dim, config.action_dim, config.n_obs_steps, config.noise_shape)
         if expected != got:

@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from policies.chunked import ChunkedPolicy
+from policies.chunked import ChunkedPolicy, with_single_guess
 from policies.steered.modeling_steered import check_base
 
 REWARDS = ("env", "success")
@@ -184,7 +184,7 @@ class LatentNoiseEnv(ChunkEnv):
         _check_dims(env, policy)
         n_act = _n_action_steps(policy, n_action_steps)
         super().__init__(env, policy.n_obs_steps, n_act, **kwargs)
-        self.policy, self.noise_bound = policy, float(noise_bound)
+        self.policy, self.noise_bound = with_single_guess(policy), float(noise_bound)  # chunk = f(obs, noise)
         self.noise_shape = tuple(policy.noise_shape)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (int(np.prod(self.noise_shape)),), dtype=np.float32)
 
@@ -203,7 +203,7 @@ class ResidualChunkEnv(ChunkEnv):
         _check_dims(env, policy)
         n_act = _n_action_steps(policy, n_action_steps)
         super().__init__(env, policy.n_obs_steps, n_act, **kwargs)
-        self.policy, self.residual_scale = policy, float(residual_scale)
+        self.policy, self.residual_scale = with_single_guess(policy), float(residual_scale)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (n_act * self.env_action_dim,), dtype=np.float32)
 
     def decode(self, action: np.ndarray) -> np.ndarray:

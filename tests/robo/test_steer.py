@@ -36,6 +36,21 @@ def test_latent_noise_env_spaces_and_chunk_execution(make_base):
     np.testing.assert_allclose(env.window[-1], ref.unwrapped.pos, atol=1e-6)
 
 
+def test_steering_an_energy_base_with_candidates_descends_the_given_noise_only():
+    """A best-of-N energy base (n_candidates > 1) is steered through its guess alone: the decoded chunk is
+    a function of (observations, noise), and the user's policy keeps its own setting."""
+    base = tiny_energy()
+    base.config.n_candidates = 8
+    env = LatentNoiseEnv(gym.make(TOY), base, noise_bound=2.0)
+    env.reset(seed=3)
+    noise = env.action_space.sample()
+    hist = torch.as_tensor(env.window)[None]
+    one = np.asarray(base.predict_chunk(hist, 2 * torch.as_tensor(noise).reshape(1, 8, 2), n_candidates=1))[0, 1:5]
+    np.testing.assert_allclose(env.decode(noise), one, atol=1e-6)
+    np.testing.assert_allclose(env.decode(noise), env.decode(noise))  # no draws from the policy's generator
+    assert base.config.n_candidates == 8 and env.policy.config.n_candidates == 1
+
+
 def test_residual_and_action_envs_pass_check_env():
     base = tiny_diffusion()
     for env in (ResidualChunkEnv(gym.make(TOY), base, residual_scale=0.1), ActionChunkEnv(gym.make(TOY), 2, 3)):
