@@ -36,6 +36,9 @@ def energy_network_spec(policy) -> ModuleSpec:
     inputs = {"obs_n": torch.zeros(b, c.n_obs_steps, c.obs_dim), "chunk": torch.zeros(b, c.horizon, c.action_dim)}
     meta = {"policy_kind": policy.kind, "n_obs_steps": str(c.n_obs_steps), "horizon": str(c.horizon),
             "n_action_steps": str(c.n_action_steps)}
+    for key in ("n_steps", "n_candidates"):  # the energy policy's descent and best-of-N run outside the network
+        if hasattr(c, key):
+            meta[key] = str(getattr(c, key))
     return ModuleSpec(policy.model.eval(), inputs, ["energy"], metadata=meta)
 
 

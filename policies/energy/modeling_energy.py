@@ -174,7 +174,9 @@ class EnergyPolicy(ChunkPolicyBase):
 
     def _infer(self, obs_n: torch.Tensor, init: torch.Tensor | None, n_steps: int | None = None,
                n_candidates: int | None = None):
-        b, n = obs_n.shape[0], n_candidates or self.config.n_candidates
+        b, n = obs_n.shape[0], self.config.n_candidates if n_candidates is None else int(n_candidates)
+        if n < 1:
+            raise ValueError(f"n_candidates={n} must be >= 1")
         init = self._default_init(b) if init is None else init
         if n > 1:
             extra = torch.randn(b, n - 1, *init.shape[1:], generator=self.candidates)

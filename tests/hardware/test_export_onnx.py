@@ -111,6 +111,18 @@ def test_energy_transformer_exports(tmp_path):
     assert report.passed, report.as_dict()
 
 
+def test_energy_policy_exports_its_network_and_inference_settings(tmp_path):
+    """The energy policy's network exports with what a runtime needs to drive it: the descent steps and
+    the number of candidates to keep the lowest-energy chunk of (the descent runs outside the network)."""
+    from policies.energy import EnergyConfig, EnergyPolicy
+
+    policy = EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, horizon=8, n_action_steps=2, d_model=16, n_heads=2,
+                                       n_layers=1, ff_dim=32, n_steps=2, n_candidates=4))
+    spec = module_spec(policy)
+    assert spec.metadata["n_steps"] == "2" and spec.metadata["n_candidates"] == "4"
+    assert verify_onnx(spec, export_spec_onnx(spec, tmp_path / "energy.onnx"), atol=1e-5).passed
+
+
 def test_parity_check_catches_a_wrong_model(tmp_path, mlp_factory):
     a, b = mlp_factory(seed=0), mlp_factory(seed=1)
     path = export_onnx(b, tmp_path / "b.onnx")
