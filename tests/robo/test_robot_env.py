@@ -115,16 +115,23 @@ def test_human_stop_from_another_thread(env):
     obs, _ = env.reset()
     policy = load_raptor()
     timer = threading.Timer(0.1, env.request_stop)
+    t_request = time.monotonic() + 0.1  # before start(): the timer cannot fire before it, even if this thread stalls
     timer.start()
-    t_request = time.monotonic() + 0.1
     for _ in range(2000):
         obs, _, terminated, truncated, info = env.step(policy.act(obs[None])[0])
         if terminated or truncated:
             break
     assert truncated and not terminated and info["stopped"]
-    motors = [(t, np.asarray(m.controls[:4])) for t, m in zip(env.vehicle.received_at, env.vehicle.received)
-              if m.get_type() == "SET_ACTUATOR_CONTROL_TARGET" and t >= t_request]
-    first_off = next(t for t, c in motors if not c.any())
+    off = []
+    for _ in range(200):  # the vehicle's receiver thread may not have read the last datagrams yet
+        motors = [(t, np.asarray(m.controls[:4])) for t, m in zip(env.vehicle.received_at, env.vehicle.received)
+                  if m.get_type() == "SET_ACTUATOR_CONTROL_TARGET" and t >= t_request]
+        off = [t for t, c in motors if not c.any()]
+        if off:
+            break
+        time.sleep(0.01)
+    assert off, "no motors-off command reached the vehicle"
+    first_off = off[0]
     print(f"human stop: motors off at the vehicle {(first_off - t_request) * 1e3:.1f} ms after the request")
     assert first_off - t_request < 0.1 and not env.vehicle.armed
     assert [e.kind for e in env.safety.events] == ["stop"]
