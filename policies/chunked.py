@@ -63,10 +63,8 @@ def with_execution_horizon(policy: ChunkedPolicy, n_action_steps: int) -> Chunke
     n = int(n_action_steps)
     if n < 1 or n_action_steps != n:
         raise ValueError(f"n_action_steps must be a positive integer, got {n_action_steps!r}")
-    config = dataclasses.replace(policy.config, n_action_steps=n)  # runs the config's own checks
-    out = copy.copy(policy)
-    out.config, out.n_action_steps = config, n
-    out.reset()
+    out = _with_config(policy, n_action_steps=n)
+    out.n_action_steps = n
     return out
 
 
@@ -80,7 +78,14 @@ def with_single_guess(policy: ChunkedPolicy) -> ChunkedPolicy:
     """
     if getattr(policy.config, "n_candidates", 1) == 1:
         return policy
+    return _with_config(policy, n_candidates=1)
+
+
+def _with_config(policy: ChunkedPolicy, **changes) -> ChunkedPolicy:
+    """A weight-sharing copy of ``policy`` with ``changes`` to its config (validated by the config's own
+    checks) and empty queues."""
+    config = dataclasses.replace(policy.config, **changes)
     out = copy.copy(policy)
-    out.config = dataclasses.replace(policy.config, n_candidates=1)
+    out.config = config
     out.reset()
     return out

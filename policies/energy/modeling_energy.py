@@ -162,6 +162,15 @@ class EnergyPolicy(ChunkPolicyBase):
         super().__init__(config, model if model is not None else EnergyTransformer(config))
         self.candidates = torch.Generator().manual_seed(self.config.candidate_seed)
 
+    def __copy__(self) -> "EnergyPolicy":
+        """A shallow copy (shared weights) with its own candidate generator, in the same state: a copy
+        that draws or resets must not move the original's draws."""
+        out = type(self).__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        out.candidates = torch.Generator()
+        out.candidates.set_state(self.candidates.get_state())
+        return out
+
     def reset(self, mask=None) -> None:
         """Clear the queues (``ChunkPolicyBase.reset``); a full reset also reseeds ``candidates``."""
         super().reset(mask)

@@ -49,6 +49,12 @@ def toy_batch(n: int, horizon: int, gen: torch.Generator) -> dict[str, torch.Ten
     return {"obs": obs, "action": modes[torch.arange(n), side]}
 
 
+def energy_at(policy, obs: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+    """The model's energy (B,) of raw action chunks (B, horizon, 2) for raw observation windows."""
+    with torch.no_grad():
+        return policy.model(policy.model.obs_normalizer(obs), policy.model.action_normalizer(chunk))
+
+
 def mode_error(policy, n: int = 256) -> float:
     """Mean squared distance of predicted chunks to the nearest demonstrated mode (raw units)."""
     batch = toy_batch(n, policy.horizon, torch.Generator().manual_seed(123))
@@ -158,9 +164,7 @@ def test_candidates_keep_the_lowest_energy_chunk(trained_energy):
     policy.reset()
     best, e_best = policy.predict_chunk(obs, guess, return_energy=True, n_candidates=8)
     assert (e_best <= e_one + 1e-5).all() and (e_best < e_one - 1e-4).any()  # the guess is one of the candidates
-    with torch.no_grad():
-        e_check = policy.model(policy.model.obs_normalizer(obs), policy.model.action_normalizer(best))
-    assert torch.allclose(e_check, e_best, atol=1e-5)  # the energy reported is the kept chunk's
+    assert torch.allclose(energy_at(policy, obs, best), e_best, atol=1e-5)  # the energy reported is the kept chunk's
     kept_guess = (e_best - e_one).abs() < 1e-6
     assert torch.allclose(best[kept_guess], one[kept_guess], atol=1e-5)
     policy.reset()  # reseeds the candidates' generator: the same draws again
@@ -179,9 +183,7 @@ def test_descended_negatives_teach_the_energy_to_rank_its_own_samples():
                                    contrastive_weight=weight, contrastive_negatives="descended"), 150)
         batch = toy_batch(256, policy.horizon, torch.Generator().manual_seed(7))
         _, e_sample = policy.predict_chunk(batch["obs"], torch.randn(256, *policy.noise_shape), return_energy=True)
-        with torch.no_grad():
-            e_demo = policy.model(policy.model.obs_normalizer(batch["obs"]),
-                                  policy.model.action_normalizer(batch["action"]))
+        e_demo = energy_at(policy, batch["obs"], batch["action"])
         below[weight] = (e_demo < e_sample).float().mean().item()
     assert below[1.0] > 0.9 and below[1.0] > below[0.0] + 0.2, below  # measured 0.98 vs 0.52
     with pytest.raises(ValueError, match="contrastive_negatives"):

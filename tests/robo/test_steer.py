@@ -49,6 +49,7 @@ def test_steering_an_energy_base_with_candidates_descends_the_given_noise_only()
     np.testing.assert_allclose(env.decode(noise), one, atol=1e-6)
     np.testing.assert_allclose(env.decode(noise), env.decode(noise))  # no draws from the policy's generator
     assert base.config.n_candidates == 8 and env.policy.config.n_candidates == 1
+    assert env.policy.candidates is not base.candidates  # the copy's resets leave the user's draws alone
 
 
 def test_residual_and_action_envs_pass_check_env():
