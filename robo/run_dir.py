@@ -6,17 +6,17 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace`` (no torn files)."""
+def atomic_write(path: str | Path, write: Callable[[IO], Any], binary: bool = False) -> Path:
+    """Call ``write(file)`` on a temporary file next to ``path``, then ``os.replace`` it (no torn files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -24,6 +24,18 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (``atomic_write``)."""
+    return atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically (``atomic_write``)."""
+    import torch
+
+    return atomic_write(path, lambda f: torch.save(obj, f), binary=True)
 
 
 def write_json(path: str | Path, data: Any) -> Path:

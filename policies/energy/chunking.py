@@ -4,7 +4,7 @@ A subclass provides ``model`` (an ``nn.Module`` with ``obs_normalizer`` and
 ``action_normalizer`` children, so the stats travel with the weights) and two methods in the
 normalized space: ``_infer(obs_n (B, n_obs_steps, obs_dim), init (B, horizon, action_dim) | None)
 -> (chunk (B, horizon, action_dim) in [-1, 1], energy (B,))`` and
-``_loss(obs_n, action_n (B, horizon, action_dim)) -> scalar``.
+``_loss(obs_n, action_n (B, horizon, action_dim)[, init=guesses]) -> scalar``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def check_tensor(x: ArrayLike, shape: tuple, name: str) -> torch.Tensor:
 
 class ChunkPolicyBase(TorchPolicyCheckpointing):
     """``ChunkedPolicy`` plumbing (see ``policies/chunked.py``); subclasses implement the math."""
+
+    learns_from_pairs = False  # whether ``_loss`` takes ``init=`` (guess, chunk) pairs
 
     def __init__(self, config, model: torch.nn.Module):
         config.validate()
@@ -87,13 +89,21 @@ class ChunkPolicyBase(TorchPolicyCheckpointing):
         return (actions, like_input(energy, obs_history)) if return_energy else actions
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)} raw -> loss."""
+        """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)} raw -> loss.
+        With "init" (B, horizon, action_dim), normalized guesses, ``action`` holds the chunk each guess
+        must descend to (a teacher's, see ``robo.imitation.distill``); only ``learns_from_pairs`` policies."""
         for key in ("obs", "action"):
             if key not in batch:
                 raise KeyError(f"batch needs {key!r}, got {sorted(batch)}")
         obs = self._obs_history(batch["obs"])
         action = check_tensor(batch["action"], (obs.shape[0], self.horizon, self.action_dim), "batch['action']")
-        return self._loss(self.model.obs_normalizer(obs), self.model.action_normalizer(action).clamp(-1, 1))
+        pairs = {}
+        if batch.get("init") is not None:
+            if not self.learns_from_pairs:
+                raise ValueError(f"{type(self).__name__} learns from demonstrations only, not from (guess, chunk) "
+                                 f"pairs: drop the batch's 'init'")
+            pairs["init"] = self._initial_guess(batch["init"], obs.shape[0])
+        return self._loss(self.model.obs_normalizer(obs), self.model.action_normalizer(action).clamp(-1, 1), **pairs)
 
     # --- per-env queues (LeRobot's select_action) -------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 NORM_MODES = ("min_max", "mean_std", "identity")
+GUESSES = ("zeros", "noise", "uniform")
 
 
 @dataclass
@@ -64,6 +65,10 @@ class EnergyConfig(ChunkConfig):
     ``n_candidates - 1`` guesses drawn from N(0, 1) by the policy's own generator (seeded with
     ``candidate_seed`` at construction and at every full ``reset()``) are descended in one batch,
     and the chunk with the lowest final energy is kept.
+    A batch with an ``init`` key (B, horizon, action_dim) trains on (guess, chunk) pairs instead:
+    the descent from each guess regresses onto its own chunk (distillation of a teacher's
+    noise -> chunk map, ``robo.imitation.distill``); ``default_init="uniform"`` then draws guesses
+    (and candidates) from U(-1, 1), the distribution they were trained on.
     """
 
     d_model: int = 64
@@ -78,7 +83,7 @@ class EnergyConfig(ChunkConfig):
     learn_step_size: bool = True
     grad_clip: float | None = None  # per-sample max norm of dE/da (None: no clipping)
     init_std: float = 1.0  # std of the random initial guesses in training
-    default_init: str = "zeros"  # initial guess when none is given: zeros | noise
+    default_init: str = "zeros"  # initial guess when none is given: zeros | noise (N(0, 1)) | uniform (U(-1, 1))
     loss_on: str = "all"  # all | last
     objective: str = "regression"  # regression (MSE / winner-takes-all) | energy_score (needs n_hypotheses >= 2)
     n_hypotheses: int = 1  # guesses per demo in training: winner-takes-all (regression, > 1) or energy-score samples
@@ -103,8 +108,8 @@ class EnergyConfig(ChunkConfig):
             raise ValueError(f"step_size={self.step_size} must be > 0")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip={self.grad_clip} must be > 0 or None")
-        if self.default_init not in ("zeros", "noise"):
-            raise ValueError(f"unknown default_init {self.default_init!r}; choose 'zeros' or 'noise'")
+        if self.default_init not in GUESSES:
+            raise ValueError(f"unknown default_init {self.default_init!r}; choose one of {list(GUESSES)}")
         if self.n_hypotheses < 1 or not 0 <= self.hypothesis_mix <= 1:
             raise ValueError(f"need n_hypotheses >= 1 and 0 <= hypothesis_mix <= 1, got {self.n_hypotheses}, "
                              f"{self.hypothesis_mix}")

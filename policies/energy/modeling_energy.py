@@ -156,6 +156,7 @@ class EnergyPolicy(ChunkPolicyBase):
 
     config_class = EnergyConfig
     kind = "energy"
+    learns_from_pairs = True
 
     def __init__(self, config: EnergyConfig | None = None, model: EnergyTransformer | None = None):
         config = config or (model.config if model is not None else EnergyConfig())
@@ -177,9 +178,15 @@ class EnergyPolicy(ChunkPolicyBase):
         if mask is None:
             self.candidates.manual_seed(self.config.candidate_seed)
 
+    def _guesses(self, shape: tuple, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Random guesses of ``shape``: U(-1, 1) with ``default_init="uniform"``, else N(0, 1)."""
+        if self.config.default_init == "uniform":
+            return torch.rand(shape, generator=generator) * 2 - 1
+        return torch.randn(shape, generator=generator)
+
     def _default_init(self, batch: int) -> torch.Tensor:
         shape = (batch, self.horizon, self.action_dim)
-        return torch.randn(shape) if self.config.default_init == "noise" else torch.zeros(shape)
+        return torch.zeros(shape) if self.config.default_init == "zeros" else self._guesses(shape)
 
     def _infer(self, obs_n: torch.Tensor, init: torch.Tensor | None, n_steps: int | None = None,
                n_candidates: int | None = None):
@@ -188,19 +195,25 @@ class EnergyPolicy(ChunkPolicyBase):
             raise ValueError(f"n_candidates={n} must be >= 1")
         init = self._default_init(b) if init is None else init
         if n > 1:
-            extra = torch.randn(b, n - 1, *init.shape[1:], generator=self.candidates)
+            extra = self._guesses((b, n - 1, *init.shape[1:]), self.candidates)
             init = torch.cat([init[:, None], extra], dim=1).flatten(0, 1)  # (B * N, H, A)
             obs_n = obs_n.repeat_interleave(n, 0)
         chunk = descend(self.model, obs_n, init, n_steps or self.config.n_steps, self.config.grad_clip)[-1]
         energy = self.model(obs_n, chunk).detach()
         return select_lowest_energy(chunk.view(b, n, *chunk.shape[1:]), energy.view(b, n))
 
-    def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:
-        cfg, m = self.config, self.config.n_hypotheses
-        obs_m, target = obs_n.repeat_interleave(m, 0), action_n.repeat_interleave(m, 0)  # (B * M, ...)
-        init = (cfg.init_std * torch.randn_like(target)).clamp(-1.0, 1.0)
+    def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor, init: torch.Tensor | None = None) -> torch.Tensor:
+        """Demos (``init`` None): ``n_hypotheses`` random guesses per demo, ``objective`` over them.
+        (guess, chunk) pairs (``init`` (B, H, A)): the descent from each guess regresses onto its chunk."""
+        cfg = self.config
+        if init is None:
+            m = cfg.n_hypotheses
+            obs_m, target = obs_n.repeat_interleave(m, 0), action_n.repeat_interleave(m, 0)  # (B * M, ...)
+            init = (cfg.init_std * torch.randn_like(target)).clamp(-1.0, 1.0)
+        else:
+            m, obs_m, target = 1, obs_n, action_n
         chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True)
-        if cfg.objective == "energy_score":
+        if cfg.objective == "energy_score" and m > 1:
             errors = torch.stack([energy_score(c, target, m) for c in chunks])
         else:
             errors = torch.stack([hypothesis_loss(c, target, m, cfg.hypothesis_mix) for c in chunks])

@@ -1,5 +1,6 @@
 """``robo train policy=<imitation policy> task=<imitation task>``: behaviour cloning of a chunked
-policy from demonstrations, with evaluation in the task's gymnasium env; resumable."""
+policy from demonstrations (or, with ``distill.teacher``, from a teacher policy's chunks on the
+demonstrations' windows), with evaluation in the task's gymnasium env; resumable."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from robo.plots import plot_learning_curve
 from robo.run_dir import check_resume_config, write_json, write_resolved_config
 
 from .data import ChunkWindows, compute_stats
+from .distill import DistillConfig, teacher_labels
 from .evaluate import evaluate_chunked_policy
 from .sources import load_episodes, make_imitation_policy
 from .trainer import ImitationTrainer, TrainConfig
@@ -68,7 +70,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     train_cfg = TrainConfig(**{k: v for k, v in (pcfg.get("train") or {}).items() if k in known},
                             seed=int(c["seed"]))
     video = bool(c.get("video", {}).get("enabled", True)) if isinstance(c.get("video"), dict) else False
-    trainer = ImitationTrainer(policy, windows, train_cfg, run_dir,
+    distill = DistillConfig(**(c.get("distill") or {}))
+    data = teacher_labels(distill.teacher, policy, windows, distill, run_dir) if distill.teacher else windows
+    trainer = ImitationTrainer(policy, data, train_cfg, run_dir,
                                evaluate=evaluator(task, int(task["eval"]["episodes_during_training"])))
     trainer.train(resume=bool(cfg.resume))
     final = evaluator(task, int(task["eval"]["episodes"]), run_dir / "videos" if video else None)(policy, trainer.step)

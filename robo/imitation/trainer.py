@@ -28,6 +28,7 @@ from policies.checkpoint import atomic_directory
 from policies.chunked import ChunkedPolicy
 
 from .data import ChunkWindows
+from .distill import TeacherLabels
 
 log = logging.getLogger(__name__)
 LATEST = "latest"
@@ -75,10 +76,12 @@ def _set_rng_state(state: dict, gen: torch.Generator) -> None:
 
 
 class ImitationTrainer:
-    """Train ``policy`` on ``windows`` in ``run_dir``. ``evaluate(policy, step) -> dict`` (optional)
-    is called every ``eval_every`` steps and at the end; its results form ``history``."""
+    """Train ``policy`` on ``windows`` (``ChunkWindows``, or anything with ``len`` and ``batch(ids)``, e.g.
+    ``distill.TeacherLabels``) in ``run_dir``. ``evaluate(policy, step) -> dict`` (optional) is called
+    every ``eval_every`` steps and at the end; its results form ``history``."""
 
-    def __init__(self, policy: ChunkedPolicy, windows: ChunkWindows, config: TrainConfig, run_dir: str | Path,
+    def __init__(self, policy: ChunkedPolicy, windows: ChunkWindows | TeacherLabels, config: TrainConfig,
+                 run_dir: str | Path,
                  evaluate: Callable[[ChunkedPolicy, int], dict] | None = None,
                  on_step: Callable[[int], None] | None = None):
         self.policy, self.windows, self.c = policy, windows, config
