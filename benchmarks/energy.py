@@ -28,6 +28,7 @@ import torch
 
 import sims  # noqa: F401  (registers robo/PushT-v0)
 from imitation import chunk_latency_ms  # benchmarks/imitation.py, beside this script
+from policies.chunked import draw_noise
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
 
@@ -81,7 +82,7 @@ def rollout_with_energy(policy, starts: np.ndarray, seed: int, max_steps: int = 
     energies: list[list[float]] = [[] for _ in range(n)]
     policy.reset()
     for _ in range(max_steps):
-        actions = policy.act(obs.astype(np.float32), noise=torch.randn(n, *policy.noise_shape, generator=gen))
+        actions = policy.act(obs.astype(np.float32), noise=draw_noise(policy, n, gen))
         energy = policy.last_energy.numpy()
         for i in np.nonzero(~done)[0]:
             energies[i].append(float(energy[i]))

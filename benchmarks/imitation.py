@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from policies.chunked import with_execution_horizon
+from policies.chunked import draw_noise, with_execution_horizon
 from policies.registry import load_policy
 from robo.imitation import evaluate_chunked_policy
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
@@ -43,7 +43,7 @@ def chunk_latency_ms(policy, repeats: int = 20) -> tuple[float, float]:
         obs = {"state": obs, "image": torch.rand(1, policy.n_obs_steps, *c.image_shape)}
     times = []
     for k in range(repeats + 2):
-        noise = torch.randn(1, *policy.noise_shape)
+        noise = draw_noise(policy, 1)
         t0 = time.perf_counter()
         policy.predict_chunk(obs, noise)
         if k >= 2:

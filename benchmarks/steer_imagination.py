@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import sims  # noqa: F401  (registers the envs)
+from policies.chunked import draw_noise
 from policies.registry import load_policy
 from policies.world_model import EnsembleConfig, EnsembleDynamics
 from robo.imitation.evaluate import evaluate_chunked_policy
@@ -55,7 +56,7 @@ def collect(base, steps: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndar
         base.reset()
         done = False
         while not done and len(rows["obs"]) < steps:
-            a = base.act(obs[None].astype(np.float32), noise=torch.randn(1, *base.noise_shape, generator=gen))[0]
+            a = base.act(obs[None].astype(np.float32), noise=draw_noise(base, 1, gen))[0]
             nxt, r, term, trunc, _ = env.step(a)
             for k, v in zip(rows, (obs, a, nxt, r, float(term))):
                 rows[k].append(v)

@@ -5,7 +5,9 @@ actions and executes the first ``n_action_steps`` of them before planning again 
 Policy's observation / prediction / action horizons). The chunk is generated from an initial
 sample, the diffusion policy's initial noise or the energy policy's initial guess, of shape
 ``noise_shape = (horizon, action_dim)`` per environment. That sample is an input, because
-latent-noise RL (DSRL) steers the policy by choosing it.
+latent-noise RL (DSRL) steers the policy by choosing it. It is N(0, I) unless the policy's
+``noise_distribution`` says "uniform" (U(-1, 1), e.g. an energy policy distilled from a diffusion
+teacher); ``draw_noise`` draws it either way.
 
 Shapes (B environments):
 
@@ -49,6 +51,23 @@ class ChunkedPolicy(Policy, Protocol):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None: ...
+
+
+NOISE_DISTRIBUTIONS = ("normal", "uniform")
+
+
+def standard_noise(distribution: str, shape: tuple, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``shape`` draws from N(0, 1) (``"normal"``) or U(-1, 1) (``"uniform"``)."""
+    if distribution == "uniform":
+        return torch.rand(shape, generator=generator) * 2 - 1
+    if distribution == "normal":
+        return torch.randn(shape, generator=generator)
+    raise ValueError(f"unknown noise distribution {distribution!r}; choose one of {list(NOISE_DISTRIBUTIONS)}")
+
+
+def draw_noise(policy: ChunkedPolicy, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(batch, *noise_shape) initial samples from ``policy``'s own ``noise_distribution`` (default normal)."""
+    return standard_noise(getattr(policy, "noise_distribution", "normal"), (batch, *policy.noise_shape), generator)
 
 
 def with_execution_horizon(policy: ChunkedPolicy, n_action_steps: int) -> ChunkedPolicy:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..chunked import draw_noise, standard_noise
 from ..normalize import Normalizer
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
@@ -178,15 +179,14 @@ class EnergyPolicy(ChunkPolicyBase):
         if mask is None:
             self.candidates.manual_seed(self.config.candidate_seed)
 
-    def _guesses(self, shape: tuple, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Random guesses of ``shape``: U(-1, 1) with ``default_init="uniform"``, else N(0, 1)."""
-        if self.config.default_init == "uniform":
-            return torch.rand(shape, generator=generator) * 2 - 1
-        return torch.randn(shape, generator=generator)
+    @property
+    def noise_distribution(self) -> str:
+        """Where random guesses come from: U(-1, 1) with ``default_init="uniform"``, else N(0, 1)."""
+        return "uniform" if self.config.default_init == "uniform" else "normal"
 
     def _default_init(self, batch: int) -> torch.Tensor:
         shape = (batch, self.horizon, self.action_dim)
-        return torch.zeros(shape) if self.config.default_init == "zeros" else self._guesses(shape)
+        return torch.zeros(shape) if self.config.default_init == "zeros" else draw_noise(self, batch)
 
     def _infer(self, obs_n: torch.Tensor, init: torch.Tensor | None, n_steps: int | None = None,
                n_candidates: int | None = None):
@@ -195,7 +195,7 @@ class EnergyPolicy(ChunkPolicyBase):
             raise ValueError(f"n_candidates={n} must be >= 1")
         init = self._default_init(b) if init is None else init
         if n > 1:
-            extra = self._guesses((b, n - 1, *init.shape[1:]), self.candidates)
+            extra = standard_noise(self.noise_distribution, (b, n - 1, *init.shape[1:]), self.candidates)
             init = torch.cat([init[:, None], extra], dim=1).flatten(0, 1)  # (B * N, H, A)
             obs_n = obs_n.repeat_interleave(n, 0)
         chunk = descend(self.model, obs_n, init, n_steps or self.config.n_steps, self.config.grad_clip)[-1]

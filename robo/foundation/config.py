@@ -45,7 +45,8 @@ class DaggerConfig:
     executing the teacher's action instead of their own with probability
     ``beta = beta_start * beta_decay ** iteration`` per env and step; every visited observation is
     labelled with that env's teacher's action. The student then trains ``epochs`` passes over the
-    last ``buffer_iterations`` iterations' sequences with truncated BPTT windows of ``bptt`` steps.
+    last ``buffer_iterations`` iterations' sequences with truncated BPTT windows of ``bptt`` steps, at
+    ``learning_rate`` (or, with ``final_learning_rate``, decaying geometrically to it by the last iteration).
     ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16).
     ``validation_quadrotors`` (0: off) drawn with ``validation_seed`` from the teachers' ranges score
     the student's hover after every iteration (``eval.starts`` starts each); the best iteration's
@@ -65,6 +66,7 @@ class DaggerConfig:
     bptt: int = 50
     batch_envs: int = 64
     learning_rate: float = 3e-3
+    final_learning_rate: float | None = None
     buffer_iterations: int = 4
     gru_hidden: int = 16
     validation_quadrotors: int = 0
@@ -141,8 +143,10 @@ class FoundationRunConfig:
                              f"dagger.variants_per_teacher={self.dagger.variants_per_teacher}")
         if not 0.0 <= self.dagger.variant_scale < 1.0:
             raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
-        if not self.dagger.learning_rate > 0:
-            raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
+        for key in ("learning_rate", "final_learning_rate"):
+            v = getattr(self.dagger, key)
+            if not (v is None and key == "final_learning_rate") and not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError(f"dagger.{key} must be positive, got {v!r}")
         if self.dagger.validation_quadrotors < 0:
             raise ValueError(f"dagger.validation_quadrotors must be >= 0, got {self.dagger.validation_quadrotors}")
         if self.dagger.validation_quadrotors and self.dagger.validation_seed in (self.seed, self.eval.seed):

@@ -141,6 +141,14 @@ def dagger_fleet(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task: 
     return make_dagger_task(task, variants, k // v, cfg.seed), Labeller(ensemble, np.repeat(shift, k // v, axis=0))
 
 
+def learning_rate(cfg: DaggerConfig, iteration: int) -> float:
+    """``learning_rate``, or with ``final_learning_rate`` the geometric interpolation between them
+    (iteration 0: ``learning_rate``; the last: ``final_learning_rate``)."""
+    if cfg.final_learning_rate is None or cfg.iterations == 1:
+        return cfg.learning_rate
+    return cfg.learning_rate * (cfg.final_learning_rate / cfg.learning_rate) ** (iteration / (cfg.iterations - 1))
+
+
 def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
             cfg: DaggerConfig, progress=None, validate=None):
     """DAgger: returns the student as a robo policy and the per-iteration history.
@@ -164,6 +172,8 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
     best = None  # (key, iteration, state_dict) with validate
     for it in range(cfg.iterations):
         beta = cfg.beta_start * cfg.beta_decay ** it
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(cfg, it)
         data, stats = collect(sim, model, labeller, cfg.steps_per_iteration, beta, gen)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from policies.chunked import ChunkedPolicy
+from policies.chunked import ChunkedPolicy, draw_noise
 
 EnvFactory = Callable[..., gym.Env]
 
@@ -68,7 +68,7 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
         while not done.all() and (limit is None or step < limit):
             if video_path and first == 0 and not done[0]:
                 frames.append(envs[0].render())
-            noise = torch.stack([torch.randn(*policy.noise_shape, generator=g) for g in gens])
+            noise = torch.cat([draw_noise(policy, 1, g) for g in gens])
             actions = np.asarray(policy.act(_stack(obs), noise=noise))
             for i in np.nonzero(~done)[0]:
                 o, r, term, trunc, info = envs[i].step(actions[i])

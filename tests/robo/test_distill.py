@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from policies.chunked import draw_noise, standard_noise
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policies.energy import EnergyConfig, EnergyPolicy, ImplicitBCConfig, ImplicitBCPolicy
 from robo.imitation import ChunkWindows, ImitationTrainer, TrainConfig, compute_stats, evaluate_chunked_policy
@@ -26,6 +27,20 @@ def test_uniform_guesses_map_to_standard_normal_noise():
     edges = gaussian_from_uniform(torch.tensor([-1.0, 0.0, 1.0]))
     assert torch.isfinite(edges).all() and edges[0] < -4 and edges[1] == 0 and edges[2] > 4
     assert torch.all(torch.diff(gaussian_from_uniform(torch.linspace(-1, 1, 101))) > 0)  # monotone: order kept
+
+
+def test_a_distilled_policy_draws_its_guesses_and_candidates_from_the_box():
+    """Guesses drawn for a ``default_init="uniform"`` energy policy (evaluation, candidates) are U(-1, 1),
+    as in distillation; N(0, 1) for the others (a diffusion policy's noise)."""
+    uniform = EnergyPolicy(EnergyConfig(**SHAPES, default_init="uniform", n_candidates=3))
+    u = draw_noise(uniform, 4000, torch.Generator().manual_seed(0))
+    assert u.shape == (4000, 8, 2) and u.abs().max() <= 1 and abs(u.std().item() - 3 ** -0.5) < 0.01
+    extra = standard_noise(uniform.noise_distribution, (4000, 2), uniform.candidates)
+    assert extra.abs().max() <= 1
+    z = draw_noise(DiffusionPolicy(DiffusionConfig(**SHAPES)), 4000, torch.Generator().manual_seed(0))
+    assert abs(z.std().item() - 1) < 0.01 and z.abs().max() > 3
+    with pytest.raises(ValueError, match="unknown noise distribution"):
+        standard_noise("laplace", (2,))
 
 
 def toy_teacher_and_windows():
