@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from policies.chunked import ChunkedPolicy
 from robo.run_dir import atomic_torch_save
@@ -92,7 +93,8 @@ class TeacherLabels:
 @torch.no_grad()
 def label_windows(teacher: ChunkedPolicy, windows: ChunkWindows, cfg: DistillConfig,
                   progress=None) -> TeacherLabels:
-    """Every window's observations x ``cfg.guesses_per_window`` guesses, labelled by ``teacher``."""
+    """Every window's observations x ``cfg.guesses_per_window`` guesses, labelled by ``teacher``;
+    ``progress(done, total)`` is called after each teacher batch."""
     k = int(cfg.guesses_per_window)
     obs = windows.batch(torch.arange(len(windows)))["obs"].repeat_interleave(k, 0)  # (W * k, To, O)
     gen = torch.Generator().manual_seed(int(cfg.seed))
@@ -123,6 +125,7 @@ def teacher_labels(teacher_dir: str, student: ChunkedPolicy, windows: ChunkWindo
     check_compatible(student, teacher)
     log.info("labelling %d windows x %d guesses with the teacher %s", len(windows), cfg.guesses_per_window,
              teacher_dir)
-    labels = label_windows(teacher, windows, cfg)
+    with tqdm(total=len(windows) * cfg.guesses_per_window, desc="label", unit="chunk", dynamic_ncols=True) as bar:
+        labels = label_windows(teacher, windows, cfg, progress=lambda done, total: bar.update(done - bar.n))
     labels.save(path)
     return labels
