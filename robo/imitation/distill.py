@@ -5,8 +5,9 @@ The student learns that map on the demonstrations' windows: each window gets ``g
 guesses ``u ~ U(-1, 1)^(horizon x action_dim)`` (the energy policy's guesses live in the action box),
 the teacher denoises ``z = sqrt(2) erfinv(u)`` (exactly N(0, I): the normal CDF maps it to u), and the
 student's descent from ``u`` regresses onto that chunk (``EnergyPolicy`` trains on (guess, chunk)
-pairs). The student keeps the teacher's modes, because each guess names one sample of the teacher
-instead of the demos' average, and needs 2 gradient steps instead of the teacher's 10 denoising steps.
+pairs). Each guess names one sample of the teacher, so the student should keep the teacher's modes
+instead of averaging the demos, with 2 gradient steps instead of the teacher's 10 denoising steps. It
+does on a 2-D toy; on push-T a 68.6k-parameter student copied its teacher only loosely (README).
 The labels are computed once and kept in the run folder (``teacher_labels.pt``, written atomically),
 so a resumed run does not relabel.
 """
