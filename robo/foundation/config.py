@@ -143,10 +143,11 @@ class FoundationRunConfig:
                              f"dagger.variants_per_teacher={self.dagger.variants_per_teacher}")
         if not 0.0 <= self.dagger.variant_scale < 1.0:
             raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
-        for key in ("learning_rate", "final_learning_rate"):
-            v = getattr(self.dagger, key)
-            if not (v is None and key == "final_learning_rate") and not (isinstance(v, (int, float)) and v > 0):
-                raise ValueError(f"dagger.{key} must be positive, got {v!r}")
+        if not self.dagger.learning_rate > 0:
+            raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
+        if self.dagger.final_learning_rate is not None and not self.dagger.final_learning_rate > 0:
+            raise ValueError(f"dagger.final_learning_rate must be positive or null, got "
+                             f"{self.dagger.final_learning_rate}")
         if self.dagger.validation_quadrotors < 0:
             raise ValueError(f"dagger.validation_quadrotors must be >= 0, got {self.dagger.validation_quadrotors}")
         if self.dagger.validation_quadrotors and self.dagger.validation_seed in (self.seed, self.eval.seed):

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from policies.chunked import ChunkedPolicy
+from policies.chunked import ChunkedPolicy, standard_noise
 from robo.run_dir import atomic_torch_save
 
 from .data import ChunkWindows
@@ -59,9 +59,6 @@ def check_compatible(student: ChunkedPolicy, teacher: ChunkedPolicy) -> None:
         s, t = getattr(student, name), getattr(teacher, name)
         if s != t:
             raise ValueError(f"the student's {name}={s} differs from the teacher's {name}={t}: set policy.{name}={t}")
-    if tuple(student.noise_shape) != tuple(teacher.noise_shape):
-        raise ValueError(f"the student's noise shape {student.noise_shape} differs from the teacher's "
-                         f"{teacher.noise_shape}")
     if getattr(getattr(teacher, "config", None), "image_shape", None):
         raise ValueError("the teacher reads images; distillation needs a state-observation teacher")
 
@@ -99,7 +96,7 @@ def label_windows(teacher: ChunkedPolicy, windows: ChunkWindows, cfg: DistillCon
     k = int(cfg.guesses_per_window)
     obs = windows.batch(torch.arange(len(windows)))["obs"].repeat_interleave(k, 0)  # (W * k, To, O)
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    init = torch.rand(len(obs), *teacher.noise_shape, generator=gen) * 2 - 1
+    init = standard_noise("uniform", (len(obs), *teacher.noise_shape), gen)
     chunks = []
     for i in range(0, len(obs), int(cfg.label_batch)):
         sl = slice(i, i + int(cfg.label_batch))
