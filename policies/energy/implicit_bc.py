@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..chunked import standard_noise
 from ..normalize import Normalizer
 from .chunking import ChunkPolicyBase
 from .configuration_energy import ImplicitBCConfig
@@ -79,12 +80,12 @@ class ImplicitBCPolicy(ChunkPolicyBase):
         gen = torch.Generator().manual_seed(cfg.seed)
         shape = (obs_n.shape[0], n, self.horizon, self.action_dim)
         if init is None:
-            population = torch.rand(shape, generator=gen) * 2 - 1
+            population = standard_noise("uniform", shape, gen)
         else:
             population = (init[:, None] + cfg.noise_scale * torch.randn(shape, generator=gen)).clamp(-1.0, 1.0)
         return dfo_minimize(self.model, obs_n, population, cfg.dfo_iters, cfg.noise_scale, cfg.noise_shrink, gen)
 
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:
-        negatives = torch.rand(action_n.shape[0], self.config.n_negatives, *action_n.shape[1:]) * 2 - 1
+        negatives = standard_noise("uniform", (action_n.shape[0], self.config.n_negatives, *action_n.shape[1:]))
         energies = energy_of_candidates(self.model, obs_n, torch.cat([action_n[:, None], negatives], dim=1))
         return info_nce(energies[:, 0], energies[:, 1:])

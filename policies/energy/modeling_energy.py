@@ -227,7 +227,7 @@ class EnergyPolicy(ChunkPolicyBase):
             if cfg.contrastive_negatives == "descended":  # the model's own samples: energy ~ -log p (max. likelihood)
                 negatives = chunks[-1].detach().view(b, m, *action_n.shape[1:])
             else:
-                negatives = torch.rand(b, cfg.n_negatives, *action_n.shape[1:]) * 2 - 1
+                negatives = standard_noise("uniform", (b, cfg.n_negatives, *action_n.shape[1:]))
             energies = energy_of_candidates(self.model, obs_n, torch.cat([action_n[:, None], negatives], dim=1))
             loss = loss + cfg.contrastive_weight * info_nce(energies[:, 0], energies[:, 1:])
         return loss

@@ -20,7 +20,7 @@ SHAPES = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=
 
 
 def test_uniform_guesses_map_to_standard_normal_noise():
-    u = torch.rand(200_000, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    u = standard_noise("uniform", (200_000,), torch.Generator().manual_seed(0))
     z = gaussian_from_uniform(u)
     assert abs(z.mean().item()) < 0.01 and abs(z.std().item() - 1) < 0.01
     assert abs((z.abs() < 1).float().mean().item() - 0.6827) < 0.005  # the normal's one-sigma mass
@@ -55,10 +55,10 @@ def toy_teacher_and_windows():
 
 
 def test_distilled_energy_policy_keeps_its_teachers_samples(tmp_path):
-    """A 2-step energy student trained on a toy diffusion teacher's (guess, chunk) pairs succeeds nearly
-    as often as the teacher, and its guess picks the teacher's sample for the same noise: for 8 guesses
-    at one observation, its chunk is nearest the teacher's chunk of the same guess far more often than
-    chance (1 in 8). Measured: teacher 0.63; students of seeds 0-2 0.45 / 0.64 / 0.70; untrained 0.0."""
+    """A 2-step energy student trained on a toy diffusion teacher's (guess, chunk) pairs succeeds at least
+    0.6 times as often as the teacher, and its guess picks the teacher's sample for the same noise: for 8
+    guesses at one observation, its chunk is nearest the teacher's chunk of the same guess far more often
+    than chance (1 in 8). Measured: teacher 0.63; students of seeds 0-2 0.45 / 0.64 / 0.70; untrained 0.0."""
     torch.set_num_threads(1)
     teacher, windows, stats = toy_teacher_and_windows()
     cfg = TrainConfig(steps=400, batch_size=64, lr=1e-3, warmup_steps=50, checkpoint_every=1000)
@@ -77,7 +77,7 @@ def test_distilled_energy_policy_keeps_its_teachers_samples(tmp_path):
     assert rates["student"] >= untrained + 0.3 and rates["student"] >= 0.6 * rates["teacher"], (rates, untrained)
 
     obs = windows.batch(torch.arange(0, len(windows), 7)[:50])["obs"].repeat_interleave(8, 0)
-    u = torch.rand(len(obs), 8, 2, generator=torch.Generator().manual_seed(5)) * 2 - 1
+    u = standard_noise("uniform", (len(obs), 8, 2), torch.Generator().manual_seed(5))
     by_teacher = torch.as_tensor(teacher.predict_chunk(obs, noise=gaussian_from_uniform(u))).view(50, 1, 8, 16)
     by_student = torch.as_tensor(student.predict_chunk(obs, noise=u)).view(50, 8, 1, 16)
     nearest = ((by_student - by_teacher) ** 2).sum(-1).argmin(-1)  # (50, 8): the teacher's guess it lands nearest
