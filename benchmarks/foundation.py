@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from robo.foundation import (FoundationRunConfig, Manifest, evaluate_all, load_teachers, run_teachers,
+from robo.foundation import (DaggerConfig, FoundationRunConfig, Manifest, evaluate_all, load_teachers, run_teachers,
                              teacher_specs)
 from robo.foundation.dagger import distill_best
 from robo.foundation.pipeline import validator
@@ -54,6 +54,8 @@ def main() -> None:
     ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
     ap.add_argument("--variants", type=int, default=1, help="quadrotors per teacher in DAgger (its own + variants)")
     ap.add_argument("--variant-scale", type=float, default=0.1, help="variants' parameters within +- this fraction")
+    ap.add_argument("--ema-decay", type=float, default=DaggerConfig.ema_decay,
+                    help="validate and keep a moving average of the students' weights (0: the raw weights)")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
     ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
                     help="also distil from these runs' done teachers (e.g. a run with another --seed)")
@@ -71,7 +73,8 @@ def main() -> None:
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
                    "validation_quadrotors": args.validation, "restarts": args.restarts,
-                   "variants_per_teacher": args.variants, "variant_scale": args.variant_scale},
+                   "variants_per_teacher": args.variants, "variant_scale": args.variant_scale,
+                   "ema_decay": args.ema_decay},
         "eval": {"quadrotors": args.quadrotors, "starts": args.starts}})
     t0 = time.time()
     manifest = run_teachers(cfg, args.run_dir)

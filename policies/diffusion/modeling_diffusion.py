@@ -19,17 +19,12 @@ from torch.optim.swa_utils import AveragedModel
 
 from ..base import ArrayLike
 from ..checkpoint import load_checkpoint, save_checkpoint
+from ..ema import make_ema
 from ..normalize import Normalizer, check_policy_stats
 from .configuration_diffusion import DiffusionConfig
 from .mlp import ConditionalMlp
 from .unet import ConditionalUnet1d
 from .vision import ImageEncoder
-
-
-def ema_decay(step: int, power: float = 0.75, max_decay: float = 0.9999) -> float:
-    """Diffusion Policy's EMA warm-up: 0 at the first update, then 1 - (1 + step) ** -power, capped."""
-    step = max(0, step - 1)
-    return 0.0 if step <= 0 else min(max_decay, 1.0 - (1.0 + step) ** -power)
 
 
 class DiffusionModel(nn.Module):
@@ -102,14 +97,7 @@ class DiffusionPolicy:
 
     # Weights -------------------------------------------------------------------------------
     def _make_ema(self) -> AveragedModel:
-        power, max_decay = self.config.ema_power, self.config.ema_max_decay
-
-        def update(avg: list[torch.Tensor], cur: list[torch.Tensor], n_averaged) -> None:
-            torch._foreach_lerp_(avg, cur, 1.0 - ema_decay(int(n_averaged), power, max_decay))
-
-        ema = AveragedModel(self.model, multi_avg_fn=update)
-        ema.requires_grad_(False)
-        return ema
+        return make_ema(self.model, self.config.ema_power, self.config.ema_max_decay)
 
     @property
     def inference_model(self) -> DiffusionModel:

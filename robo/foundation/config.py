@@ -55,7 +55,11 @@ class DaggerConfig:
     ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
     trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
-    (``envs_per_teacher`` must be a multiple of V)."""
+    (``envs_per_teacher`` must be a multiple of V).
+    ``ema_decay`` (None or 0: off) keeps an exponential moving average of the student's weights over its
+    optimizer steps (``policies.ema``: the decay warms up to ``ema_decay``); the average is what is
+    validated, kept and returned, while the raw student flies to collect the data. At 64 teachers it
+    raised held-out hover success over DAgger seeds 0-4 from a mean of 0.75 to 0.89 (README)."""
 
     envs_per_teacher: int = 16
     iterations: int = 10
@@ -75,6 +79,7 @@ class DaggerConfig:
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     variants_per_teacher: int = 1
     variant_scale: float = 0.1
+    ema_decay: float | None = 0.999
     seed: int = 0
 
 
@@ -143,6 +148,8 @@ class FoundationRunConfig:
                              f"dagger.variants_per_teacher={self.dagger.variants_per_teacher}")
         if not 0.0 <= self.dagger.variant_scale < 1.0:
             raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
+        if self.dagger.ema_decay is not None and not 0.0 <= self.dagger.ema_decay < 1.0:
+            raise ValueError(f"dagger.ema_decay must lie in [0, 1) or be null, got {self.dagger.ema_decay}")
         if not self.dagger.learning_rate > 0:
             raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
         if self.dagger.final_learning_rate is not None and not self.dagger.final_learning_rate > 0:

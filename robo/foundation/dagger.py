@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.ema import make_ema
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
 from robo.foundation.config import DaggerConfig
@@ -105,9 +106,10 @@ def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsem
 
 
 def bptt_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: Sequences, bptt: int, batch_envs: int,
-               generator: torch.Generator) -> float:
+               generator: torch.Generator, after_step=None) -> float:
     """One pass over ``data`` in env minibatches, truncated BPTT windows of ``bptt`` steps (the
-    hidden state carries across windows, detached; it restarts where ``starts`` is true). Mean MSE."""
+    hidden state carries across windows, detached; it restarts where ``starts`` is true). Mean MSE.
+    ``after_step()`` runs after every optimizer step (e.g. a weight average's update)."""
     T, B = data.starts.shape
     losses = []
     for idx in torch.randperm(B, generator=generator).split(batch_envs):
@@ -123,6 +125,8 @@ def bptt_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: Sequenc
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            if after_step is not None:
+                after_step()
             h = h.detach()
             losses.append(float(loss.detach()))
     return float(np.mean(losses))
@@ -166,6 +170,9 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
     ensemble = TeacherEnsemble(teachers)
     sim, labeller = dagger_fleet(ensemble, quads, task, cfg)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    average = None if cfg.ema_decay is None else make_ema(model, max_decay=cfg.ema_decay)
+    kept = model if average is None else average.module
+    update = None if average is None else (lambda: average.update_parameters(model))
     gen = torch.Generator().manual_seed(cfg.seed)
     buffer: list[Sequences] = []
     history = []
@@ -177,24 +184,25 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         data, stats = collect(sim, model, labeller, cfg.steps_per_iteration, beta, gen)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()
-        loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen) for _ in range(cfg.epochs)
+        loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen, update) for _ in range(cfg.epochs)
                 for d in buffer][-1]
         model.eval()
+        kept.eval()
         history.append({"iteration": it, "loss": loss, **stats})
         if validate is not None:
-            v = validate(as_policy(model))
+            v = validate(as_policy(kept))
             history[-1].update({f"validation_{k}": x for k, x in v.items()})
             key = (v["hover_success_rate"], -v["hover_median_error_m"])
             if best is None or key > best[0]:
-                best = (key, it, copy.deepcopy(model.state_dict()))
+                best = (key, it, copy.deepcopy(kept.state_dict()))
         log.info("dagger %s iteration %d: beta %.3f, loss %.5f, crashes %d", kind, it, beta, loss, stats["crashes"])
         if progress is not None:
             progress(history[-1])
     if best is not None:
-        model.load_state_dict(best[2])
+        kept.load_state_dict(best[2])
         for h in history:
             h["selected"] = h["iteration"] == best[1]
-    return as_policy(model), history
+    return as_policy(kept), history
 
 
 def validation_key(history: list[dict]) -> tuple[float, float]:

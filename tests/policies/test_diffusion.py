@@ -6,7 +6,7 @@ import torch
 
 from policies.chunked import ChunkedPolicy, with_execution_horizon
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
-from policies.diffusion.modeling_diffusion import ema_decay
+from policies.ema import ema_decay
 from policies.registry import load_policy
 
 SMALL = dict(obs_dim=5, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=4, down_dims=[16, 32],

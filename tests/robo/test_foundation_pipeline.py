@@ -3,6 +3,7 @@ and resume, and a 2-teacher end-to-end run whose student must hover better than 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def ray_local():
     ({"ray": {"max_retries": -1}}, "max_retries"),
     ({"dagger": {"variants_per_teacher": 3}}, "multiple of dagger.variants_per_teacher"),
     ({"dagger": {"variant_scale": 1.0}}, "variant_scale"),
+    ({"dagger": {"ema_decay": 1.0}}, "ema_decay"),
     ({"teacher": {"total_stepz": 5}}, r"teacher\.total_stepz"),
     ({"randomization": {"mass": [3.0, 0.02]}}, "low > high"),
     ({"bogus": 1}, "bogus"),
@@ -183,6 +185,31 @@ def test_validation_keeps_the_best_dagger_iteration():
     for k, v in policy.model.state_dict().items():
         torch.testing.assert_close(v, seen[2][k])
     assert any(not torch.equal(seen[2][k], seen[3][k]) for k in seen[2])  # the last iteration differs
+
+
+def test_the_weight_average_is_what_is_validated_and_kept():
+    """With ``ema_decay``, ``distill`` validates and returns the moving average of the student's weights:
+    decay 0 is the raw student itself (same weights as without it); a slow average lags behind the raw
+    student, nearer the initial weights."""
+    from robo.foundation import distill
+
+    teachers = _teachers(2)
+    quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=2)
+    cfg = DaggerConfig(iterations=3, steps_per_iteration=20, envs_per_teacher=2, epochs=4, bptt=10, batch_envs=4,
+                       ema_decay=None)
+    initial = make_student("mlp", cfg).state_dict()
+
+    def distance(policy):
+        sd = policy.model.state_dict()
+        return float(sum((sd[k] - initial[k]).norm() for k in initial))
+
+    raw, _ = distill("mlp", teachers, quads, "hover", cfg)
+    same, _ = distill("mlp", teachers, quads, "hover", dataclasses.replace(cfg, ema_decay=0.0))
+    slow, _ = distill("mlp", teachers, quads, "hover", dataclasses.replace(cfg, ema_decay=0.99))
+    for k, v in raw.model.state_dict().items():
+        torch.testing.assert_close(same.model.state_dict()[k], v)
+    assert distance(raw) > 0
+    assert distance(slow) < 0.95 * distance(raw)
 
 
 def test_restarts_keep_the_student_that_validates_best():
