@@ -84,8 +84,17 @@ class TorchPolicyCheckpointing:
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
+    @property
+    def inference_model(self) -> torch.nn.Module:
+        """The weights that act and are saved (a subclass may keep an average of ``model``'s)."""
+        return self.model
+
+    def weight_copies(self) -> list[torch.nn.Module]:
+        """Every module holding the policy's weights: a load fills them all."""
+        return [self.model]
+
     def save(self, directory: str | Path) -> Path:
-        return save_checkpoint(directory, self.kind, self.config, self.model.state_dict(),
+        return save_checkpoint(directory, self.kind, self.config, self.inference_model.state_dict(),
                                {"num_parameters": self.num_parameters})
 
     @classmethod
@@ -94,5 +103,6 @@ class TorchPolicyCheckpointing:
         if kind != cls.kind:
             raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
         policy = cls(cls.config_class(**cfg))
-        policy.model.load_state_dict(tensors)
+        for module in policy.weight_copies():
+            module.load_state_dict(tensors)
         return policy

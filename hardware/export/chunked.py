@@ -39,7 +39,7 @@ def energy_network_spec(policy) -> ModuleSpec:
     for key in ("n_steps", "n_candidates"):  # the energy policy's descent and best-of-N run outside the network
         if hasattr(c, key):
             meta[key] = str(getattr(c, key))
-    return ModuleSpec(policy.model.eval(), inputs, ["energy"], metadata=meta)
+    return ModuleSpec(policy.inference_model.eval(), inputs, ["energy"], metadata=meta)
 
 
 register_module_spec("diffusion", diffusion_spec)

@@ -14,6 +14,7 @@ import torch
 
 from ..base import ArrayLike, as_obs_tensor, like_input
 from ..checkpoint import TorchPolicyCheckpointing
+from ..ema import make_ema
 from ..normalize import check_policy_stats
 
 
@@ -33,7 +34,11 @@ def check_tensor(x: ArrayLike, shape: tuple, name: str) -> torch.Tensor:
 
 
 class ChunkPolicyBase(TorchPolicyCheckpointing):
-    """``ChunkedPolicy`` plumbing (see ``policies/chunked.py``); subclasses implement the math."""
+    """``ChunkedPolicy`` plumbing (see ``policies/chunked.py``); subclasses implement the math.
+
+    With ``config.use_ema`` the policy also keeps ``ema``, a moving average of ``model``'s weights
+    (``policies.ema``; the trainer calls ``update_ema`` after each optimizer step): it is what acts
+    (``inference_model``) and what is saved; ``model`` is what trains."""
 
     learns_from_pairs = False  # whether ``_loss`` takes ``init=`` (guess, chunk) pairs
 
@@ -41,6 +46,7 @@ class ChunkPolicyBase(TorchPolicyCheckpointing):
         config.validate()
         self.config, self.model = config, model
         self.model.eval()
+        self.ema = make_ema(model, config.ema_power, config.ema_max_decay) if config.use_ema else None
         self.obs_dim, self.action_dim = config.obs_dim, config.action_dim
         self.n_obs_steps, self.horizon, self.n_action_steps = config.n_obs_steps, config.horizon, config.n_action_steps
         self.last_energy: torch.Tensor | None = None  # (B,) energy of the last planned chunks
@@ -53,12 +59,27 @@ class ChunkPolicyBase(TorchPolicyCheckpointing):
     def noise_shape(self) -> tuple[int, int]:
         return (self.horizon, self.action_dim)
 
+    @property
+    def inference_model(self) -> torch.nn.Module:
+        """The averaged weights when the policy keeps them, else the trained ones."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def weight_copies(self) -> list[torch.nn.Module]:
+        return [self.model] if self.ema is None else [self.model, self.ema.module]
+
+    @torch.no_grad()
+    def update_ema(self) -> None:
+        """Fold the current weights into the average (call after each optimizer step)."""
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None:
         """``stats = {"obs": {"min", "max"} or {"mean", "std"}, "action": {"min", "max"}}`` of shape (dim,)."""
         check_policy_stats(stats)
-        if self.model.obs_normalizer.mode != "identity":
-            self.model.obs_normalizer.set_stats(stats["obs"])
-        self.model.action_normalizer.set_stats(stats["action"])
+        for model in self.weight_copies():
+            if model.obs_normalizer.mode != "identity":
+                model.obs_normalizer.set_stats(stats["obs"])
+            model.action_normalizer.set_stats(stats["action"])
 
     # --- stateless prediction -------------------------------------------------------------
 
@@ -82,8 +103,9 @@ class ChunkPolicyBase(TorchPolicyCheckpointing):
         """
         obs = self._obs_history(obs_history)
         init = self._initial_guess(noise, obs.shape[0])
-        chunk_n, energy = self._infer(self.model.obs_normalizer(obs), init, **infer_options)
-        actions = self.model.action_normalizer.unnormalize(chunk_n)
+        model = self.inference_model
+        chunk_n, energy = self._infer(model.obs_normalizer(obs), init, **infer_options)
+        actions = model.action_normalizer.unnormalize(chunk_n)
         self.last_energy = energy.detach()
         actions = like_input(actions, obs_history)
         return (actions, like_input(energy, obs_history)) if return_energy else actions

@@ -24,6 +24,9 @@ class ChunkConfig:
     n_action_steps: int = 8
     obs_norm: str = "min_max"  # min_max | mean_std | identity
     image_shape: list[int] | None = None  # image observations are not supported yet: must stay None
+    use_ema: bool = False  # act with (and save) a moving average of the weights (policies.ema)
+    ema_power: float = 0.75  # the average's warm-up: decay 1 - (1 + step) ** -power ...
+    ema_max_decay: float = 0.9999  # ... capped here
 
     def validate(self) -> None:
         if self.image_shape is not None:
@@ -37,6 +40,9 @@ class ChunkConfig:
                              f"after n_obs_steps={self.n_obs_steps}: need horizon >= n_obs_steps - 1 + n_action_steps")
         if self.obs_norm not in NORM_MODES:
             raise ValueError(f"unknown obs_norm {self.obs_norm!r}; choose one of {list(NORM_MODES)}")
+        if not 0.0 <= self.ema_max_decay < 1.0 or not self.ema_power > 0:
+            raise ValueError(f"ema_max_decay={self.ema_max_decay} must lie in [0, 1) and ema_power={self.ema_power} "
+                             "be positive")
 
 
 @dataclass

@@ -198,8 +198,9 @@ class EnergyPolicy(ChunkPolicyBase):
             extra = standard_noise(self.noise_distribution, (b, n - 1, *init.shape[1:]), self.candidates)
             init = torch.cat([init[:, None], extra], dim=1).flatten(0, 1)  # (B * N, H, A)
             obs_n = obs_n.repeat_interleave(n, 0)
-        chunk = descend(self.model, obs_n, init, n_steps or self.config.n_steps, self.config.grad_clip)[-1]
-        energy = self.model(obs_n, chunk).detach()
+        model = self.inference_model
+        chunk = descend(model, obs_n, init, n_steps or self.config.n_steps, self.config.grad_clip)[-1]
+        energy = model(obs_n, chunk).detach()
         return select_lowest_energy(chunk.view(b, n, *chunk.shape[1:]), energy.view(b, n))
 
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor, init: torch.Tensor | None = None) -> torch.Tensor:

@@ -72,6 +72,7 @@ def fit(policy, iters: int, lr: float = 2e-3, batch: int = 64):
         opt.zero_grad()
         loss.backward()
         opt.step()
+        policy.update_ema()
     policy.model.eval()
     return policy
 
@@ -129,6 +130,25 @@ def test_save_load_round_trip(make, tmp_path):
     assert torch.equal(a, b) and torch.equal(ea, eb)
     for key, value in policy.model.state_dict().items():
         assert torch.equal(value, loaded.model.state_dict()[key]), key
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_weight_average_acts_and_is_what_is_saved(make, tmp_path):
+    policy = fit(make(use_ema=True, ema_max_decay=0.9), 20)
+    raw = make()
+    raw.model.load_state_dict(policy.model.state_dict())
+    averaged = make()
+    averaged.model.load_state_dict(policy.ema.module.state_dict())
+    obs = torch.rand(5, policy.n_obs_steps, 2)
+    guess = torch.rand(5, *policy.noise_shape) * 2 - 1
+    chunk = policy.predict_chunk(obs, guess)
+    assert torch.equal(chunk, averaged.predict_chunk(obs, guess))
+    assert not torch.allclose(chunk, raw.predict_chunk(obs, guess))
+    loaded = load_policy(policy.save(tmp_path / "ckpt"))
+    assert torch.equal(loaded.predict_chunk(obs, guess), chunk)
+    for key, value in policy.ema.module.state_dict().items():  # both copies start from the saved average
+        assert torch.equal(loaded.model.state_dict()[key], value) and torch.equal(
+            loaded.ema.module.state_dict()[key], value), key
 
 
 def test_energy_inference_is_k_gradient_steps(trained_energy):
@@ -255,6 +275,8 @@ def test_bad_configs_raise():
         EnergyPolicy(EnergyConfig(d_model=30, n_heads=4))
     with pytest.raises(ValueError, match="noise_shrink"):
         ImplicitBCPolicy(ImplicitBCConfig(noise_shrink=0.0))
+    with pytest.raises(ValueError, match="ema_max_decay"):
+        EnergyPolicy(EnergyConfig(use_ema=True, ema_max_decay=1.0))
 
 
 def test_relaxed_winner_takes_all_loss():
