@@ -27,3 +27,26 @@ def make_ema(model: nn.Module, power: float = 0.75, max_decay: float = 0.9999) -
     ema = AveragedModel(model, multi_avg_fn=update)
     ema.requires_grad_(False)
     return ema
+
+
+class AveragedWeights:
+    """For policies that train ``self.model`` and may keep ``self.ema`` (``make_ema`` of it, or None):
+    the averaged copy acts when it exists."""
+
+    model: nn.Module
+    ema: AveragedModel | None
+
+    @property
+    def inference_model(self) -> nn.Module:
+        """The averaged weights when the policy keeps them, else the trained ones."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def weight_copies(self) -> list[nn.Module]:
+        """Every module holding the policy's weights (normalization stats and a load fill them all)."""
+        return [self.model] if self.ema is None else [self.model, self.ema.module]
+
+    @torch.no_grad()
+    def update_ema(self) -> None:
+        """Fold the current weights into the average (call after each optimizer step)."""
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)

@@ -15,11 +15,10 @@ import torch
 import torch.nn.functional as F
 from diffusers import DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler
 from torch import nn
-from torch.optim.swa_utils import AveragedModel
 
 from ..base import ArrayLike
 from ..checkpoint import load_checkpoint, save_checkpoint
-from ..ema import make_ema
+from ..ema import AveragedWeights, make_ema
 from ..normalize import Normalizer, check_policy_stats
 from .configuration_diffusion import DiffusionConfig
 from .mlp import ConditionalMlp
@@ -72,7 +71,7 @@ def _check_shape(t: torch.Tensor, expected: tuple, name: str) -> None:
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({shown})")
 
 
-class DiffusionPolicy:
+class DiffusionPolicy(AveragedWeights):
     """``ChunkedPolicy`` with a diffusion denoiser. See ``policies/chunked.py`` for the shapes.
 
     ``noise`` is the initial sample x_T of the reverse process, in the normalized action space
@@ -87,7 +86,7 @@ class DiffusionPolicy:
         self.config = config or DiffusionConfig()
         c = self.config
         self.model = DiffusionModel(c)
-        self.ema = self._make_ema() if c.use_ema else None
+        self.ema = make_ema(self.model, c.ema_power, c.ema_max_decay) if c.use_ema else None
         self.noise_scheduler = DDPMScheduler(num_train_timesteps=c.num_train_timesteps, beta_schedule=c.beta_schedule,
                                              clip_sample=c.clip_sample, clip_sample_range=c.clip_sample_range,
                                              prediction_type=c.prediction_type)
@@ -96,20 +95,6 @@ class DiffusionPolicy:
         self._queues: dict[str, torch.Tensor] | None = None
 
     # Weights -------------------------------------------------------------------------------
-    def _make_ema(self) -> AveragedModel:
-        return make_ema(self.model, self.config.ema_power, self.config.ema_max_decay)
-
-    @property
-    def inference_model(self) -> DiffusionModel:
-        """The EMA weights when the policy keeps them, else the trained ones."""
-        return self.ema.module if self.ema is not None else self.model
-
-    @torch.no_grad()
-    def update_ema(self) -> None:
-        """Fold the current weights into the EMA (call after each optimizer step)."""
-        if self.ema is not None:
-            self.ema.update_parameters(self.model)
-
     @property
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -121,10 +106,9 @@ class DiffusionPolicy:
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None:
         """stats: {"obs": {"min", "max"} or {"mean", "std"} (obs_dim,), "action": same (action_dim,)}."""
         check_policy_stats(stats)
-        for m in (self.model, self.ema.module if self.ema is not None else None):
-            if m is not None:
-                m.obs_normalizer.set_stats(stats["obs"])
-                m.action_normalizer.set_stats(stats["action"])
+        for m in self.weight_copies():
+            m.obs_normalizer.set_stats(stats["obs"])
+            m.action_normalizer.set_stats(stats["action"])
 
     # Inputs ---------------------------------------------------------------------------------
     def _inputs(self, obs, time_axis: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -253,9 +237,8 @@ class DiffusionPolicy:
         if kind != cls.kind:
             raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
         policy = cls(cls.config_class(**cfg))
-        policy.model.load_state_dict(tensors)
-        if policy.ema is not None:
-            policy.ema = policy._make_ema()  # starts from the loaded weights
+        for module in policy.weight_copies():  # the average starts from the loaded weights
+            module.load_state_dict(tensors)
         return policy
 
 

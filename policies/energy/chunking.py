@@ -14,7 +14,7 @@ import torch
 
 from ..base import ArrayLike, as_obs_tensor, like_input
 from ..checkpoint import TorchPolicyCheckpointing
-from ..ema import make_ema
+from ..ema import AveragedWeights, make_ema
 from ..normalize import check_policy_stats
 
 
@@ -33,7 +33,7 @@ def check_tensor(x: ArrayLike, shape: tuple, name: str) -> torch.Tensor:
     return _finite(t, name)
 
 
-class ChunkPolicyBase(TorchPolicyCheckpointing):
+class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
     """``ChunkedPolicy`` plumbing (see ``policies/chunked.py``); subclasses implement the math.
 
     With ``config.use_ema`` the policy also keeps ``ema``, a moving average of ``model``'s weights
@@ -58,20 +58,6 @@ class ChunkPolicyBase(TorchPolicyCheckpointing):
     @property
     def noise_shape(self) -> tuple[int, int]:
         return (self.horizon, self.action_dim)
-
-    @property
-    def inference_model(self) -> torch.nn.Module:
-        """The averaged weights when the policy keeps them, else the trained ones."""
-        return self.ema.module if self.ema is not None else self.model
-
-    def weight_copies(self) -> list[torch.nn.Module]:
-        return [self.model] if self.ema is None else [self.model, self.ema.module]
-
-    @torch.no_grad()
-    def update_ema(self) -> None:
-        """Fold the current weights into the average (call after each optimizer step)."""
-        if self.ema is not None:
-            self.ema.update_parameters(self.model)
 
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None:
         """``stats = {"obs": {"min", "max"} or {"mean", "std"}, "action": {"min", "max"}}`` of shape (dim,)."""
