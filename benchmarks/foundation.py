@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--address", default=None, help="'auto' to join a running Ray cluster")
     ap.add_argument("--quadrotors", type=int, default=32, help="held-out quadrotors")
-    ap.add_argument("--iterations", type=int, default=10, help="DAgger iterations")
+    ap.add_argument("--iterations", type=int, default=DaggerConfig.iterations, help="DAgger iterations")
     ap.add_argument("--dagger-steps", type=int, default=500, help="steps per DAgger iteration")
     ap.add_argument("--epochs", type=int, default=4, help="BPTT epochs per DAgger iteration")
     ap.add_argument("--starts", type=int, default=4, help="random starts per held-out quadrotor")

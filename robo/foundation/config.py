@@ -59,10 +59,11 @@ class DaggerConfig:
     ``ema_decay`` (None or 0: off) keeps an exponential moving average of the student's weights over its
     optimizer steps (``policies.ema``: the decay warms up to ``ema_decay``); the average is what is
     validated, kept and returned, while the raw student flies to collect the data. At 64 teachers it
-    raised held-out hover success over DAgger seeds 0-4 from a mean of 0.75 to 0.89 (README)."""
+    raised held-out hover success over DAgger seeds 0-4 from a mean of 0.75 to 0.89 in 10
+    iterations, 0.95 in 15 (README)."""
 
     envs_per_teacher: int = 16
-    iterations: int = 10
+    iterations: int = 15
     steps_per_iteration: int = 500
     beta_start: float = 1.0
     beta_decay: float = 0.5
