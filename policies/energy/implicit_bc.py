@@ -83,7 +83,8 @@ class ImplicitBCPolicy(ChunkPolicyBase):
             population = standard_noise("uniform", shape, gen)
         else:
             population = (init[:, None] + cfg.noise_scale * torch.randn(shape, generator=gen)).clamp(-1.0, 1.0)
-        return dfo_minimize(self.inference_model, obs_n, population, cfg.dfo_iters, cfg.noise_scale, cfg.noise_shrink, gen)
+        return dfo_minimize(self.inference_model, obs_n, population, cfg.dfo_iters, cfg.noise_scale, cfg.noise_shrink,
+                            gen)
 
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:
         negatives = standard_noise("uniform", (action_n.shape[0], self.config.n_negatives, *action_n.shape[1:]))
