@@ -5,7 +5,9 @@ goal above it (0, 1) m. Passing left and right are equally good, so demonstratio
 and a policy that averages modes drives into the obstacle. Action: the target position (2,) m;
 the agent moves toward it by at most ``max_step`` per step (position control). Observation:
 agent position (2,) m. Reward: 1 - distance to goal / 2 (clipped at 0); success: within 0.1 m
-of the goal; the episode terminates on success or on touching the obstacle.
+of the goal; the episode terminates on success or on touching the obstacle. Starts are drawn
+uniformly within ``start_spread`` (x, y) m of (0, -1) m: ±5 cm by default, as the demos'; a wider
+box (e.g. ``(0.9, 0.3)``) asks a policy for starts its demos never covered.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 GOAL = np.array([0.0, 1.0])
 START = np.array([0.0, -1.0])
+DEFAULT_START_SPREAD = (0.05, 0.05)
 OBSTACLE_RADIUS = 0.35
 SUCCESS_RADIUS = 0.1
 
@@ -22,8 +25,16 @@ SUCCESS_RADIUS = 0.1
 class ObstacleReachEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, max_steps: int = 60, max_step: float = 0.1, render_mode: str | None = None):
+    def __init__(self, max_steps: int = 60, max_step: float = 0.1, render_mode: str | None = None,
+                 start_spread: tuple[float, float] = DEFAULT_START_SPREAD):
+        spread = np.asarray(start_spread, dtype=np.float64)
+        if spread.shape != (2,) or not np.isfinite(spread).all() or (spread < 0).any():
+            raise ValueError(f"start_spread must be two finite half-widths >= 0 (x, y) in m, got {start_spread}")
+        if spread[1] >= abs(START[1]) - OBSTACLE_RADIUS:
+            raise ValueError(f"start_spread y = {spread[1]} m reaches the obstacle; keep it below "
+                             f"{abs(START[1]) - OBSTACLE_RADIUS:.2f} m")
         self.max_steps, self.max_step, self.render_mode = max_steps, max_step, render_mode
+        self.start_spread = spread
         self.observation_space = gym.spaces.Box(-1.5, 1.5, (2,), np.float32)
         self.action_space = gym.spaces.Box(-1.5, 1.5, (2,), np.float32)
         self.pos = START.copy()
@@ -31,7 +42,7 @@ class ObstacleReachEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.pos = START + self.np_random.uniform(-0.05, 0.05, 2)
+        self.pos = START + self.np_random.uniform(-self.start_spread, self.start_spread)
         self.t = 0
         return self.pos.astype(np.float32), {}
 
