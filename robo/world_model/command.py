@@ -270,7 +270,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     torch.set_num_threads(int(c["threads"]) or torch.get_num_threads())
     torch.manual_seed(int(c["seed"]))
     write_resolved_config(run_dir, cfg)
-    task = make_task(c["task"]["name"] if isinstance(c["task"], dict) else c["task"])
+    task = (make_task(c["task"]["name"], c["task"].get("env_kwargs")) if isinstance(c["task"], dict)
+            else make_task(c["task"]))
     if c["mode"] == "train":
         check_train(c["train"], task)
     model, data = world_model(task, c["model"], run_dir, int(c["seed"]),

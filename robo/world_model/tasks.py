@@ -214,11 +214,12 @@ def collect_gym(make_env: Callable[[], gym.Env], max_episode_steps: int, policy,
     return out, np.asarray(success, bool)
 
 
-def make_pusht_env() -> gym.Env:
-    return gym.make(PUSHT_ID, obs_type="state", render_mode=None)
-
-
-collect_pusht = partial(collect_gym, make_pusht_env, PUSHT.max_episode_steps)
+def make_pusht_env(**env_kwargs) -> gym.Env:
+    """The state push-T env (the world model learns states); ``env_kwargs`` go to ``gym.make``."""
+    kw = {"obs_type": "state", "render_mode": None, **env_kwargs}
+    if kw["obs_type"] != "state":
+        raise ValueError(f"the push-T world model learns states: obs_type={kw['obs_type']!r}, use task=pusht")
+    return gym.make(PUSHT_ID, **kw)
 
 
 def pusht_ladder(levels: list[float], seed: int = 0) -> list[tuple[str, PushTExpertPolicy]]:
@@ -250,37 +251,45 @@ def toy_success(obs: np.ndarray) -> np.ndarray:
     return np.linalg.norm(np.asarray(obs)[:, :2] - TOY_GOAL, axis=1) < TOY_SUCCESS_RADIUS
 
 
-def make_toy_env() -> gym.Env:
-    return gym.make(TOY_ID)
+def make_toy_env(**env_kwargs) -> gym.Env:
+    """The obstacle-reach env; ``env_kwargs`` go to ``ObstacleReachEnv`` (e.g. ``start_spread=(0.9, 0.3)``)."""
+    return gym.make(TOY_ID, **env_kwargs)
 
 
 def toy_ladder(levels: list[float], seed: int = 0) -> list[tuple[str, ToyExpertPolicy]]:
     return [(f"expert+random{p:g}", ToyExpertPolicy(p, seed=seed + i)) for i, p in enumerate(levels)]
 
 
-def make_task(name: str) -> ImagineTask:
+def make_task(name: str, env_kwargs: dict | None = None) -> ImagineTask:
+    """The world-model task ``name``; ``env_kwargs`` (the task config's) configure a gym-backed task's
+    simulator, e.g. obstacle_reach's ``{"start_spread": (0.9, 0.3)}``: starts wider than the demos'."""
+    if env_kwargs and name == "hover":
+        raise ValueError(f"task 'hover' runs the batched quadrotor sim and takes no env_kwargs (got {env_kwargs})")
     if name == "hover":
         return ImagineTask("hover", 22, 4, QUAD_ACTION_SPACE, None, 500, [], hover_success, "final", collect_hover,
                            hover_ladder, hover_behaviour, [0.0, 0.12, 0.16, 0.2, 0.24, 0.28, 0.32, 0.4])
     if name == "pusht":
+        make_env = partial(make_pusht_env, **(env_kwargs or {}))
+        make_env()  # a bad obs_type fails here, not in the first rollout
         h = PUSHT.half_size
         space = gym.spaces.Box(-h, h, (2,), np.float32)
         obs_space = gym.spaces.Box(np.array([-h, -h, -h, -h, -np.pi], np.float32),
                                    np.array([h, h, h, h, np.pi], np.float32), dtype=np.float32)
         return ImagineTask("pusht", 5, 2, space, obs_space, PUSHT.max_episode_steps, [4], pusht_success, "any",
-                           collect_pusht, pusht_ladder, lambda seed=0: _MixedExpert(0.8, seed),
-                           [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8], make_pusht_env,
+                           partial(collect_gym, make_env, PUSHT.max_episode_steps), pusht_ladder,
+                           lambda seed=0: _MixedExpert(0.8, seed), [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8], make_env,
                            # the block (x, y, yaw) is the body; the pusher and its target are points
                            {"frame_pose_dims": [2, 3, 4], "frame_point_dims": [0, 1], "frame_action_is_point": True,
                             "nll_beta": 1.0, "use_prev_change": True},
                            model_size={"data_episodes": 600, "fit_steps": 8000})  # the benchmark's (Spearman 0.97)
     if name == "obstacle_reach":
-        env = make_toy_env()
+        make_env = partial(make_toy_env, **(env_kwargs or {}))
+        env = make_env()
         steps = env.unwrapped.max_steps
         return ImagineTask("obstacle_reach", 2, 2, env.action_space, env.observation_space, steps, [], toy_success,
-                           "any", partial(collect_gym, make_toy_env, steps), toy_ladder,
+                           "any", partial(collect_gym, make_env, steps), toy_ladder,
                            lambda seed=0: ToyExpertPolicy(0.5, seed=seed), [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
-                           make_toy_env)
+                           make_env)
     raise ValueError(f"unknown task {name!r}; choose 'hover', 'pusht' or 'obstacle_reach'")
 
 
