@@ -44,7 +44,8 @@ def dynamics_residual(model: EnsembleDynamics, seg: torch.Tensor, obs_dim: int, 
 def synthesize(generator: TrajectoryDiffusion, start_obs, task: ImagineTask, target_policy=None,
                guidance_scale: float = 0.0, model: EnsembleDynamics | None = None, max_residual: float = np.inf,
                seed: int = 0) -> tuple[np.ndarray, dict]:
-    """Generate one segment per start obs; keep the successful, consistent ones -> (K, H, C), stats."""
+    """Generate one segment per start obs; keep the successful, consistent ones -> (K, H, C), stats
+    (``kept_starts`` (K,): the rows of ``start_obs`` the kept segments start from)."""
     c = generator.config
     gen = torch.Generator().manual_seed(seed)
     seg = generator.sample(start_obs, target_policy, guidance_scale, generator=gen)
@@ -54,7 +55,7 @@ def synthesize(generator: TrajectoryDiffusion, start_obs, task: ImagineTask, tar
                 else np.zeros(len(seg)))
     keep = ok & (residual <= max_residual)
     stats = {"generated": len(seg), "successful": int(ok.sum()), "kept": int(keep.sum()),
-             "mean_residual": float(residual.mean())}
+             "mean_residual": float(residual.mean()), "kept_starts": np.flatnonzero(keep)}
     return seg[keep].numpy(), stats
 
 
@@ -98,6 +99,38 @@ def policy_target(policy: MLPPolicy):
         with torch.no_grad():
             return policy.model(states.reshape(-1, D)).reshape(B, H, -1)
     return f
+
+
+def chunked_policy_target(policy, seed: int = 0):
+    """A PGD target from a chunked policy (diffusion or energy): states (B, H, D) raw -> (B, H, A), at
+    each step the first executed action of the chunk ``policy`` plans from its last ``n_obs_steps``
+    states (the segment's first state repeated before it, as after a reset). The noise comes from a
+    generator seeded with ``seed`` at every call, so the target does not jitter between the
+    generator's denoising steps."""
+    from policies.chunked import draw_noise
+
+    To = policy.n_obs_steps
+
+    def f(states: torch.Tensor) -> torch.Tensor:
+        B, H, D = states.shape
+        padded = torch.cat([states[:, :1].expand(B, To - 1, D), states], 1)  # (B, To - 1 + H, D)
+        history = padded.unfold(1, To, 1).permute(0, 1, 3, 2).reshape(B * H, To, D)
+        noise = draw_noise(policy, B * H, torch.Generator().manual_seed(seed))
+        chunk = torch.as_tensor(policy.predict_chunk(history, noise))  # (B * H, horizon, A)
+        return chunk[:, To - 1].reshape(B, H, -1)
+    return f
+
+
+def segment_episodes(segments: np.ndarray, task: ImagineTask) -> list[Episode]:
+    """Kept segments (K, H, D + A + 1) as imitation episodes ``{"obs" (T, D), "action" (T, A)}``, each
+    cut after its first successful state (a segment with none is kept whole)."""
+    D, A = task.obs_dim, task.action_dim
+    episodes = []
+    for seg in np.asarray(segments, np.float32):
+        ok = task.success_fn(seg[:, :D])
+        T = int(np.argmax(ok)) + 1 if ok.any() else len(seg)
+        episodes.append({"obs": seg[:T, :D], "action": seg[:T, D:D + A]})
+    return episodes
 
 
 def synthesis_experiment(task: ImagineTask, data: list[Episode], seed: int = 0, demos: int = 5,
