@@ -7,7 +7,9 @@ the agent moves toward it by at most ``max_step`` per step (position control). O
 agent position (2,) m. Reward: 1 - distance to goal / 2 (clipped at 0); success: within 0.1 m
 of the goal; the episode terminates on success or on touching the obstacle. Starts are drawn
 uniformly within ``start_spread`` (x, y) m of (0, -1) m: ±5 cm by default, as the demos'; a wider
-box (e.g. ``(0.9, 0.3)``) asks a policy for starts its demos never covered.
+box (e.g. ``(0.9, 0.3)``) asks a policy for starts its demos never covered. ``obstacle_center``
+(x, y) m moves the obstacle (the origin by default, where the demos were recorded): at ``(0.3, 0)``
+the right-hand path of the demos runs into it, a changed scene the demos do not show.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 GOAL = np.array([0.0, 1.0])
 START = np.array([0.0, -1.0])
+DEFAULT_OBSTACLE_CENTER = (0.0, 0.0)
 DEFAULT_START_SPREAD = (0.05, 0.05)
 OBSTACLE_RADIUS = 0.35
 SUCCESS_RADIUS = 0.1
@@ -26,15 +29,23 @@ class ObstacleReachEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, max_steps: int = 60, max_step: float = 0.1, render_mode: str | None = None,
-                 start_spread: tuple[float, float] = DEFAULT_START_SPREAD):
+                 start_spread: tuple[float, float] = DEFAULT_START_SPREAD,
+                 obstacle_center: tuple[float, float] = DEFAULT_OBSTACLE_CENTER):
         spread = np.asarray(start_spread, dtype=np.float64)
         if spread.shape != (2,) or not np.isfinite(spread).all() or (spread < 0).any():
             raise ValueError(f"start_spread must be two finite half-widths >= 0 (x, y) in m, got {start_spread}")
-        if spread[1] >= abs(START[1]) - OBSTACLE_RADIUS:
-            raise ValueError(f"start_spread y = {spread[1]} m reaches the obstacle; keep it below "
-                             f"{abs(START[1]) - OBSTACLE_RADIUS:.2f} m")
+        center = np.asarray(obstacle_center, dtype=np.float64)
+        if center.shape != (2,) or not np.isfinite(center).all():
+            raise ValueError(f"obstacle_center must be a finite (x, y) in m, got {obstacle_center}")
+        # the start box's corner nearest the obstacle must stay clear of it, and so must the goal
+        nearest = np.clip(center, START - spread, START + spread)
+        if np.linalg.norm(nearest - center) <= OBSTACLE_RADIUS:
+            raise ValueError(f"start box {START.tolist()} ± {spread.tolist()} m reaches the obstacle at "
+                             f"{center.tolist()} (radius {OBSTACLE_RADIUS} m)")
+        if np.linalg.norm(GOAL - center) <= OBSTACLE_RADIUS + SUCCESS_RADIUS:
+            raise ValueError(f"obstacle at {center.tolist()} covers the goal region around {GOAL.tolist()}")
         self.max_steps, self.max_step, self.render_mode = max_steps, max_step, render_mode
-        self.start_spread = spread
+        self.start_spread, self.obstacle_center = spread, center
         self.observation_space = gym.spaces.Box(-1.5, 1.5, (2,), np.float32)
         self.action_space = gym.spaces.Box(-1.5, 1.5, (2,), np.float32)
         self.pos = START.copy()
@@ -55,7 +66,7 @@ class ObstacleReachEnv(gym.Env):
         self.pos = self.pos + (delta * min(1.0, self.max_step / dist) if dist > 0 else 0.0)
         self.t += 1
         goal_dist = float(np.linalg.norm(self.pos - GOAL))
-        hit = bool(np.linalg.norm(self.pos) < OBSTACLE_RADIUS)
+        hit = bool(np.linalg.norm(self.pos - self.obstacle_center) < OBSTACLE_RADIUS)
         success = goal_dist < SUCCESS_RADIUS and not hit
         reward = 0.0 if hit else max(0.0, 1.0 - goal_dist / 2.0)
         info = {"is_success": success, "collision": hit}
@@ -67,7 +78,8 @@ class ObstacleReachEnv(gym.Env):
         ys, xs = np.mgrid[0:n, 0:n]
         x, y = (xs / (n - 1)) * 3 - 1.5, 1.5 - (ys / (n - 1)) * 3
         img = np.full((n, n, 3), 255, np.uint8)
-        img[x ** 2 + y ** 2 < OBSTACLE_RADIUS ** 2] = (128, 128, 128)
+        cx, cy = self.obstacle_center
+        img[(x - cx) ** 2 + (y - cy) ** 2 < OBSTACLE_RADIUS ** 2] = (128, 128, 128)
         img[(x - GOAL[0]) ** 2 + (y - GOAL[1]) ** 2 < SUCCESS_RADIUS ** 2] = (0, 200, 0)
         img[(x - self.pos[0]) ** 2 + (y - self.pos[1]) ** 2 < 0.05 ** 2] = (0, 0, 255)
         return img

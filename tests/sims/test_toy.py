@@ -1,11 +1,12 @@
-"""The obstacle-reach toy's start box: the default draws are the demos' (±5 cm), a wider box covers
-its half-widths, and a box that reaches the obstacle or is malformed is refused."""
+"""The obstacle-reach toy's scene options: the default start draws are the demos' (±5 cm), a wider
+box covers its half-widths, a moved obstacle blocks the demos' right-hand path and not the left, and
+a box that reaches the obstacle, an obstacle over the goal or a malformed option is refused."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from sims.toy import ENV_ID, ObstacleReachEnv
+from sims.toy import ENV_ID, ObstacleReachEnv, expert_action
 from sims.toy.obstacle_reach import START
 
 
@@ -35,3 +36,27 @@ def test_wide_start_box_covers_its_half_widths():
 def test_bad_start_box_is_refused(spread, match):
     with pytest.raises(ValueError, match=match):
         ObstacleReachEnv(start_spread=spread)
+
+
+def expert_episode(env, side: float) -> dict:
+    """The scripted expert's episode on ``side`` (+1 right, -1 left) -> the last step's info."""
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(env.max_steps):
+        obs, _, terminated, truncated, info = env.step(expert_action(obs.astype(np.float64), side, rng))
+        if terminated or truncated:
+            return info
+    return info
+
+
+def test_moved_obstacle_blocks_the_right_hand_path():
+    default, moved = ObstacleReachEnv(), ObstacleReachEnv(obstacle_center=(0.3, 0.0))
+    assert expert_episode(default, +1.0)["is_success"] and expert_episode(default, -1.0)["is_success"]
+    assert expert_episode(moved, +1.0)["collision"] and expert_episode(moved, -1.0)["is_success"]
+
+
+@pytest.mark.parametrize("center, match", [((0.3,), "finite"), ((np.inf, 0.0), "finite"),
+                                           ((0.0, -0.8), "reaches the obstacle"), ((0.0, 0.7), "covers the goal")])
+def test_bad_obstacle_is_refused(center, match):
+    with pytest.raises(ValueError, match=match):
+        ObstacleReachEnv(obstacle_center=center)
