@@ -20,11 +20,20 @@ from policies.world_model import EnsembleDynamics, TrajectoryDiffusion, Trajecto
 from .tasks import Episode, ImagineTask
 
 
-def segments_from_episodes(episodes: list[Episode], horizon: int, stride: int = 4) -> np.ndarray:
-    """Sliding windows over episodes -> (N, horizon, obs_dim + action_dim + 1)."""
+def segments_from_episodes(episodes: list[Episode], horizon: int, stride: int = 4,
+                           pad_terminal: bool = False) -> np.ndarray:
+    """Sliding windows over episodes -> (N, horizon, obs_dim + action_dim + 1).
+
+    ``pad_terminal``: an episode that ended in termination continues in its final state (its
+    ``next_obs[-1]``, held for at least ``horizon - 1`` steps with its last action and reward), as
+    Diffuser treats termination as absorbing: windows then reach the states where episodes end
+    (success, collision), and episodes shorter than ``horizon`` are not dropped."""
     out = []
     for e in episodes:
         x = np.concatenate([e["obs"], e["action"], e["reward"][:, None]], axis=1)
+        if pad_terminal and len(x) and bool(np.asarray(e["terminated"])[-1]):
+            final = np.concatenate([e["next_obs"][-1], e["action"][-1], e["reward"][-1:]])
+            x = np.concatenate([x, np.repeat(final[None], horizon - 1, axis=0)])
         out += [x[s:s + horizon] for s in range(0, len(x) - horizon + 1, stride)]
     if not out:
         raise ValueError(f"no episode is at least {horizon} steps long")

@@ -85,3 +85,17 @@ def test_segments_from_episodes_slide_over_long_enough_episodes():
     assert seg.shape == (3, 4, 5)  # starts 0, 3, 6 of the 10-step episode; the 3-step one is too short
     with pytest.raises(ValueError, match="at least 11 steps"):
         segments_from_episodes(episodes, horizon=11)  # nothing is long enough
+
+
+def test_terminated_episodes_are_held_in_their_final_state():
+    """With pad_terminal a 3-step episode that terminated gives windows that reach and hold its final
+    state (next_obs[-1]); a truncated one is not padded, so it stays too short."""
+    def episode(n, terminated):
+        obs = np.arange(n, dtype=np.float32)[:, None].repeat(2, 1)
+        return {"obs": obs, "next_obs": obs + 1, "action": -obs, "reward": np.full(n, 0.5, np.float32),
+                "terminated": np.array([False] * (n - 1) + [terminated])}
+    seg = segments_from_episodes([episode(3, True), episode(3, False)], horizon=4, stride=1, pad_terminal=True)
+    assert seg.shape == (3, 4, 5)  # 3 + 3 padded steps: starts 0, 1, 2; the truncated episode: none
+    np.testing.assert_array_equal(seg[0, :, 0], [0, 1, 2, 3])  # obs 0, 1, 2, then the final state 3
+    np.testing.assert_array_equal(seg[2, :, 0], [2, 3, 3, 3])
+    np.testing.assert_array_equal(seg[2, 1:, 2], [-2, -2, -2])  # the last action, held
