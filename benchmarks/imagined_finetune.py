@@ -7,6 +7,7 @@ actions are replayed open loop in the simulator from the same start (the data's 
 
     python benchmarks/imagined_finetune.py                     # toy obstacle_reach: base trained here, 3 seeds
     python benchmarks/imagined_finetune.py --start-spread 0.9 0.3 --sim-reference   # starts the demos never covered
+    python benchmarks/imagined_finetune.py --obstacle 0.3 0 --sim-reference         # a scene the demos never showed
     python benchmarks/imagined_finetune.py --task pusht --base <chunked checkpoint> --model <ensemble folder> \\
         --attempts 8 --select shortest
 
@@ -14,6 +15,9 @@ Toy: the base is a diffusion policy (MLP denoiser) trained 5,000 steps on ``--de
 ensemble is fitted on 200 behaviour episodes (noisy expert). ``--start-spread X Y`` draws the
 behaviour data, the imagined starts and the evaluation from a start box of half-widths X, Y m while
 the demos keep theirs (±5 cm): the imagined successes then cover starts the demos never did.
+``--obstacle X Y`` moves the obstacle there for the same three (the demos were recorded with it at the
+origin): at ``0.3 0`` the demos' right-hand path collides, so continued training on the demos cannot
+help and the imagined successes (from a model of the changed scene) are the only news.
 ``--sim-reference`` adds a fine-tune on the base's own successes in the simulator from the same
 starts (what the world model stands in for; those cost real env steps). push-T: ``--base`` was imitated from
 ``--demos`` demos generated with ``--demo-seed``; ``--model`` is a fitted ensemble (else one is fitted
@@ -86,8 +90,12 @@ def experiment(task, base, demos, model, args, seed: int, generator=None) -> lis
         runs.append(("demos + sim successes", demos + sim_successes(task, base, len(start)), {"seed": seed}))
     for label, scale in ((("unguided", 0.0), ("guided", args.guidance)) if generator else ()):
         segments, stats = generated_episodes(task, generator, base, model, start, scale, args.max_residual, seed)
-        runs.append((f"demos + {label} trajectory diffusion", demos + segments, {"seed": seed, **stats}))
+        runs += [(f"demos + {label} trajectory diffusion", demos + segments, {"seed": seed, **stats}),
+                 (f"{label} trajectory diffusion", segments, {"seed": seed, **stats})]
     for label, data, info in runs:
+        if not data:
+            rows.append({**info, "data": label, "sim success": float("nan")})  # nothing kept to fine-tune on
+            continue
         policy = finetune(copy.deepcopy(base), data, size["steps"], lr=args.lr, batch_size=size["batch"], seed=seed)
         rows.append({**info, "data": label, "sim success": success(policy)})
         print(rows[-1], flush=True)
@@ -110,11 +118,13 @@ def generated_episodes(task, generator, base, model, start, scale: float, max_re
 
 
 def fit_generator(task, data, args) -> TrajectoryDiffusion:
-    """Trajectory diffusion over (state, action, reward) segments of the behaviour ``data``."""
+    """Trajectory diffusion over (state, action, reward) segments of the behaviour ``data``, ended
+    episodes held in their final state (so segments from a start reach where the episodes ended)."""
     generator = TrajectoryDiffusion(TrajectoryDiffusionConfig(obs_dim=task.obs_dim, action_dim=task.action_dim,
                                                               horizon=args.generator_horizon))
     t = time.perf_counter()
-    stats = generator.fit(segments_from_episodes(data, args.generator_horizon), steps=args.generator_steps, seed=0)
+    stats = generator.fit(segments_from_episodes(data, args.generator_horizon, pad_terminal=True),
+                          steps=args.generator_steps, seed=0)
     print("generator", {**stats, "fit_seconds": time.perf_counter() - t}, flush=True)
     return generator
 
@@ -130,7 +140,8 @@ def sim_successes(task, policy, starts: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="obstacle_reach", choices=sorted(SIZES))
-    ap.add_argument("--seeds", type=int, default=3, help="toy: bases trained with seeds 0..N-1")
+    ap.add_argument("--seeds", type=int, default=3, help="toy: bases trained with N seeds from --first-seed")
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--base", default=None, help="push-T: the chunked policy checkpoint to improve")
     ap.add_argument("--demos", type=int, default=None,
                     help="demos the base is (toy, default 100) or was (push-T, default 200) imitated from")
@@ -143,6 +154,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--start-spread", type=float, nargs=2, default=None, metavar=("X", "Y"),
                     help="toy: half-widths (m) of the start box for behaviour data, imagined starts and evaluation")
+    ap.add_argument("--obstacle", type=float, nargs=2, default=None, metavar=("X", "Y"),
+                    help="toy: the obstacle's centre (m) for behaviour data, imagined starts and evaluation "
+                         "(the demos keep it at the origin)")
+    ap.add_argument("--base-steps", type=int, default=5000, help="toy: the base's training steps")
     ap.add_argument("--sim-reference", action="store_true",
                     help="also fine-tune on the base's successes in the simulator from the same starts")
     ap.add_argument("--generator-steps", type=int, default=0,
@@ -155,9 +170,11 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    if args.start_spread and args.task != "obstacle_reach":
-        ap.error("--start-spread is an obstacle_reach option")
-    task = make_task(args.task, {"start_spread": tuple(args.start_spread)} if args.start_spread else None)
+    scene = {k: tuple(v) for k, v in (("start_spread", args.start_spread), ("obstacle_center", args.obstacle))
+             if v is not None}
+    if scene and args.task != "obstacle_reach":
+        ap.error("--start-spread and --obstacle are obstacle_reach options")
+    task = make_task(args.task, scene or None)
     data = task.collect(task.behaviour(0), args.data, seed=0)[0] if not args.model or args.generator_steps else None
     if args.model:
         model = EnsembleDynamics.load(args.model)
@@ -174,8 +191,8 @@ def main() -> None:
         demos = pusht_demos(args.demos or 200, seed=args.demo_seed)
         rows += experiment(task, load_policy(args.base), demos, model, args, 0, generator)
     else:
-        for seed in range(args.seeds):
-            base, demos = toy_base(seed, args.demos or 100)
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            base, demos = toy_base(seed, args.demos or 100, args.base_steps)
             rows += experiment(task, base, demos, model, args, seed, generator)
     print(f"\n{args.task}: fine-tuned on demos / imagined successes ({args.attempts} attempts per start, "
           f"select {args.select}); sim success on {SIZES[args.task]['eval']} episodes")
