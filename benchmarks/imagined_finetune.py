@@ -41,7 +41,7 @@ from policies.registry import load_policy
 from policies.world_model import EnsembleDynamics, TrajectoryDiffusion, TrajectoryDiffusionConfig
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.evaluate import evaluate_chunked_policy
-from robo.world_model.self_improve import finetune, imagined_successes, replay_in_sim
+from robo.world_model.self_improve import finetune, imagined_successes, plan_steps, replay_in_sim
 from robo.world_model.synthesize import chunked_policy_target, segment_episodes, segments_from_episodes, synthesize
 from robo.world_model.tasks import make_task
 
@@ -81,9 +81,8 @@ def experiment(task, base, demos, model, args, seed: int, generator=None) -> lis
     t = time.perf_counter()
     imagined, st = imagined_successes(model, base, start, task, args.attempts, args.select, seed=seed)
     imagine_s = time.perf_counter() - t
-    replayed = replay_in_sim(task.make_env, imagined, START_SEED + np.arange(len(start)))
     common = {"seed": seed, "imagined success": st["imagined_success"], "kept": st["kept"],
-              "replay ok": float(replayed.mean()) if len(replayed) else float("nan"), "imagine s": imagine_s}
+              "replay ok": replay_rate(task, imagined, len(start)), "imagine s": imagine_s}
     rows = [{**common, "data": "base", "sim success": success(base)}]
     runs = [("demos", demos, common), ("demos + imagined", demos + imagined, common), ("imagined", imagined, common)]
     if args.sim_reference:
@@ -111,10 +110,15 @@ def generated_episodes(task, generator, base, model, start, scale: float, max_re
     episodes = segment_episodes(segments, task)
     for e, i in zip(episodes, st["kept_starts"]):
         e["start"] = np.asarray(i)
-    replayed = replay_in_sim(task.make_env, episodes, START_SEED + np.arange(len(start)))
     return episodes, {"imagined success": st["successful"] / st["generated"], "kept": st["kept"],
-                      "replay ok": float(replayed.mean()) if len(replayed) else float("nan"),
-                      "imagine s": time.perf_counter() - t}
+                      "replay ok": replay_rate(task, episodes, len(start)), "imagine s": time.perf_counter() - t}
+
+
+def replay_rate(task, episodes, starts: int) -> float:
+    """The fraction of ``episodes`` (from the first ``starts`` start seeds) that succeed again when
+    their actions are replayed open loop in the simulator; NaN for none."""
+    replayed = replay_in_sim(task.make_env, episodes, START_SEED + np.arange(starts))
+    return float(replayed.mean()) if len(replayed) else float("nan")
 
 
 def fit_generator(task, data, args) -> TrajectoryDiffusion:
@@ -133,7 +137,7 @@ def sim_successes(task, policy, starts: int) -> list[dict]:
     """The chunked ``policy``'s successful episodes in the simulator from the imagined starts' seeds,
     with its planning steps marked (every ``n_action_steps`` from the start), as imagined ones are."""
     episodes, ok = task.collect(policy, starts, seed=START_SEED)
-    return [{"obs": e["obs"], "action": e["action"], "plan": np.arange(len(e["obs"])) % policy.n_action_steps == 0}
+    return [{"obs": e["obs"], "action": e["action"], "plan": plan_steps(len(e["obs"]), policy.n_action_steps)}
             for e, won in zip(episodes, ok) if won]
 
 

@@ -58,9 +58,15 @@ def imagined_successes(model: EnsembleDynamics, policy, start_obs, task: Imagine
         e = {"obs": r["obs"][:T + 1, i], "action": np.concatenate([actions, actions[-1:]]),
              "start": np.asarray(i // attempts)}
         if getattr(policy, "n_action_steps", None):
-            e["plan"] = np.arange(T + 1) % policy.n_action_steps == 0
+            e["plan"] = plan_steps(T + 1, policy.n_action_steps)
         episodes.append(e)
     return episodes, {**stats, "kept": len(episodes)}
+
+
+def plan_steps(length: int, n_action_steps: int) -> np.ndarray:
+    """(length,) bool: the steps where a chunked policy that executes ``n_action_steps`` actions per
+    plan planned, from an episode's start."""
+    return np.arange(length) % n_action_steps == 0
 
 
 def replay_in_sim(make_env: Callable[[], gym.Env], episodes: list[Episode], start_seeds) -> np.ndarray:

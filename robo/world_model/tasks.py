@@ -214,12 +214,12 @@ def collect_gym(make_env: Callable[[], gym.Env], max_episode_steps: int, policy,
     return out, np.asarray(success, bool)
 
 
-def make_pusht_env(**env_kwargs) -> gym.Env:
-    """The state push-T env (the world model learns states); ``env_kwargs`` go to ``gym.make``."""
-    kw = {"obs_type": "state", "render_mode": None, **env_kwargs}
+def pusht_env_kwargs(env_kwargs: dict | None = None) -> dict:
+    """``gym.make`` keywords for the state push-T env (the world model learns states), checked."""
+    kw = {"obs_type": "state", "render_mode": None, **(env_kwargs or {})}
     if kw["obs_type"] != "state":
         raise ValueError(f"the push-T world model learns states: obs_type={kw['obs_type']!r}, use task=pusht")
-    return gym.make(PUSHT_ID, **kw)
+    return kw
 
 
 def pusht_ladder(levels: list[float], seed: int = 0) -> list[tuple[str, PushTExpertPolicy]]:
@@ -269,8 +269,7 @@ def make_task(name: str, env_kwargs: dict | None = None) -> ImagineTask:
         return ImagineTask("hover", 22, 4, QUAD_ACTION_SPACE, None, 500, [], hover_success, "final", collect_hover,
                            hover_ladder, hover_behaviour, [0.0, 0.12, 0.16, 0.2, 0.24, 0.28, 0.32, 0.4])
     if name == "pusht":
-        make_env = partial(make_pusht_env, **(env_kwargs or {}))
-        make_env()  # a bad obs_type fails here, not in the first rollout
+        make_env = partial(gym.make, PUSHT_ID, **pusht_env_kwargs(env_kwargs))  # a bad obs_type fails here
         h = PUSHT.half_size
         space = gym.spaces.Box(-h, h, (2,), np.float32)
         obs_space = gym.spaces.Box(np.array([-h, -h, -h, -h, -np.pi], np.float32),
