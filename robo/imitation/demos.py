@@ -10,15 +10,20 @@ from .data import Episode
 
 
 def pusht_demos(num_episodes: int, seed: int = 0, successful_only: bool = True,
-                max_attempts_factor: int = 3) -> list[Episode]:
+                max_attempts_factor: int = 3, noise_std: float | None = None) -> list[Episode]:
     """Push-T state demos from ``sims.pusht.expert.PushTExpert``: [{"obs": (T, 5), "action": (T, 2),
     "reward": (T,)}]. Attempt k is reset with seed ``seed * 1_000_003 + k``; failures are skipped
-    when ``successful_only`` (up to ``max_attempts_factor * num_episodes`` attempts)."""
+    when ``successful_only`` (up to ``max_attempts_factor * num_episodes`` attempts).
+    ``noise_std`` (m) overrides the expert's Gaussian action noise; the noisy actions are both
+    executed and recorded, so a larger value gives noisy demos (a weak base for steering)."""
     import sims  # noqa: F401  (registers robo/PushT-v0)
-    from sims.pusht.expert import PushTExpert
+    from sims.pusht.expert import ExpertConfig, PushTExpert
 
+    if noise_std is not None and not (np.isfinite(noise_std) and noise_std >= 0):
+        raise ValueError(f"noise_std must be a finite number >= 0 (m), got {noise_std}")
     env = gym.make("robo/PushT-v0", obs_type="state", render_mode=None)
-    expert = PushTExpert(seed=seed)
+    config = ExpertConfig() if noise_std is None else ExpertConfig(noise_std=float(noise_std))
+    expert = PushTExpert(config, seed=seed)
     episodes: list[Episode] = []
     for k in range(max_attempts_factor * num_episodes):
         if len(episodes) == num_episodes:

@@ -336,6 +336,7 @@ def _bimodal_fractions(objective: str, n_hypotheses: int) -> tuple[float, float,
     return tuple(f.float().mean().item() for f in fractions)
 
 
+@pytest.mark.slow  # two 1,000-step trainings: ~2 min, the default suite's longest test
 def test_energy_score_descends_into_both_modes_where_regression_averages():
     # measured over training seeds 0-7: up 0.45-0.74, down 0.25-0.50, between <= 0.05
     up, down, between = _bimodal_fractions("energy_score", 4)
