@@ -169,7 +169,8 @@ def main() -> None:
                  success, trained, latency(diffusion), float("nan"), float("nan")))
 
     print(f"push-T (state), {args.episodes} eval episodes, AUROC of energy vs failure on {args.perturbed} "
-          f"perturbed starts, latency per chunk (median and min wall time) at batch 1 with {torch.get_num_threads()} thread")
+          f"perturbed starts, latency per chunk (median and min wall time) at batch 1 with "
+          f"{torch.get_num_threads()} thread")
     head = (f"{'policy':<66} {'steps':>5} {'success':>8} {'train s':>8} {'ms/chunk':>9} {'min ms':>8} "
             f"{'AUROC mean E':>13} {'AUROC max E':>12}")
     print(head)

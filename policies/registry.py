@@ -12,8 +12,8 @@ from .foundation import FoundationPolicy
 from .mlp import MLPPolicy
 from .steered import SteeredPolicy
 
-POLICY_CLASSES = {cls.kind: cls for cls in (DiffusionPolicy, EnergyPolicy, FoundationPolicy, ImplicitBCPolicy, MLPPolicy,
-                                                 SteeredPolicy)}
+POLICY_CLASSES = {cls.kind: cls for cls in (DiffusionPolicy, EnergyPolicy, FoundationPolicy, ImplicitBCPolicy,
+                                             MLPPolicy, SteeredPolicy)}
 
 
 def load_policy(directory: str | Path) -> Policy:

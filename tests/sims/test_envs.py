@@ -139,7 +139,8 @@ def test_guidance_starts_that_fraction_of_episodes_at_the_reference_at_rest():
     at_goal = (np.abs(obs[:, OBS_SLICES["position_error"]]).sum(1) == 0) & (
         np.abs(obs[:, OBS_SLICES["velocity_error"]]).sum(1) == 0)
     assert 0.22 < at_goal.mean() < 0.28
-    np.testing.assert_allclose(obs[at_goal][:, OBS_SLICES["rotation_matrix"]], np.tile(np.eye(3).ravel(), (at_goal.sum(), 1)))
+    np.testing.assert_allclose(obs[at_goal][:, OBS_SLICES["rotation_matrix"]],
+                               np.tile(np.eye(3).ravel(), (at_goal.sum(), 1)))
     with pytest.raises(ValueError, match="guidance"):
         make_task_config("hover", init={"guidance": 1.5})
 
