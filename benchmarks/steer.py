@@ -50,10 +50,13 @@ class ZeroNoise:
 
 def run_method(name: str, base, task: dict, args, out: Path) -> dict:
     algo = algo_config(name, args.set)
+    latent = algo["mode"] == "latent"
+    # a steered policy's final score comes from the batched evaluation below: the trainer's own
+    # (one wrapper env, a chunk decoded per decision) then needs only the training-evaluation size
     c = {"algo": algo, "task": task, "total_env_steps": args.budget, "num_envs": 1, "seed": args.seed,
          "eval_every": args.eval_every, "checkpoint_every": args.budget,
-         "eval": {"episodes": args.episodes, "episodes_during_training": args.eval_episodes,
-                  "seed": int(task["eval"]["seed"])}}
+         "eval": {"episodes": args.eval_episodes if latent else args.episodes,
+                  "episodes_during_training": args.eval_episodes, "seed": int(task["eval"]["seed"])}}
     t0 = time.time()
     trainer = SteerTrainer(c, out / name, base if algo["mode"] != "action" else None, task_env_factory(task),
                            progress=False)
@@ -62,11 +65,11 @@ def run_method(name: str, base, task: dict, args, out: Path) -> dict:
            "episodes": final["episodes"], "wall_min": (time.time() - t0) / 60}
     hit = [h["env_steps"] for h in trainer.history if h["success_rate"] >= args.target]
     row["steps_to_target"] = hit[0] if hit else "-"
-    if algo["mode"] == "latent":  # the exported steered policy, through the chunked evaluation path
+    if latent:  # the exported steered policy, through the chunked evaluation path
         m = evaluate_chunked_policy(trainer.steered_policy(), task["env_id"], args.episodes,
                                     seed=int(task["eval"]["seed"]), env_kwargs=task.get("env_kwargs") or {},
                                     max_steps=task["eval"].get("max_steps"))
-        row["success"], row["method"] = m["success_rate"], f"{name} (steered policy)"
+        row.update(success=m["success_rate"], episodes=args.episodes, method=f"{name} (steered policy)")
     return row
 
 
