@@ -1,4 +1,4 @@
 from .configuration_steered import SteeredConfig
-from .modeling_steered import SteeredPolicy
+from .modeling_steered import GaussianNoiseActor, SteeredPolicy
 
-__all__ = ["SteeredConfig", "SteeredPolicy"]
+__all__ = ["GaussianNoiseActor", "SteeredConfig", "SteeredPolicy"]

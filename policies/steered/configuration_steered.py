@@ -12,6 +12,9 @@ class SteeredConfig:
 
     ``obs_dim``/``action_dim``/``n_obs_steps``/``noise_shape`` must match the base policy saved
     beside it (checked on load). The window normalization lives in the actor's weights.
+    ``stochastic``: draw the noise from the actor's squashed Gaussian, ``noise_bound *
+    tanh(MLP(window) + exp(log_std(window)) * N(0, I))`` (SAC's policy; the actor also holds the
+    log-std layer), instead of taking its mean.
     """
 
     obs_dim: int = 5
@@ -21,6 +24,7 @@ class SteeredConfig:
     noise_bound: float = 1.5
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"  # relu | tanh
+    stochastic: bool = False
 
     def __post_init__(self) -> None:
         self.noise_shape = [int(s) for s in self.noise_shape]

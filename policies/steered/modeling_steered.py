@@ -22,10 +22,32 @@ from .configuration_steered import SteeredConfig
 BASE_DIR = "base"
 
 
-def make_noise_actor(config: SteeredConfig) -> MLPActor:
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's SAC clamps its actor's log-std to this range
+
+
+class GaussianNoiseActor(torch.nn.Module):
+    """SAC's squashed Gaussian over the noise: ``tanh(mean + exp(log_std) * N(0, I))``, the mean
+    from ``actor`` (an ``MLPActor``) and the log-std from a linear layer on its last hidden layer.
+    ``forward(window (B, W)) -> (B, noise_dim)`` in [-1, 1], a fresh sample per call."""
+
+    def __init__(self, actor: MLPActor, log_std: torch.nn.Linear | None = None):
+        super().__init__()
+        self.actor = actor
+        hidden = actor.config.hidden_dims[-1] if actor.config.hidden_dims else actor.config.obs_dim
+        self.log_std = log_std if log_std is not None else torch.nn.Linear(hidden, actor.config.action_dim)
+
+    def forward(self, window: torch.Tensor) -> torch.Tensor:
+        a = self.actor
+        latent = a.net[:-2]((window - a.obs_mean) / a.obs_std)  # all but the mean layer and its tanh
+        std = self.log_std(latent).clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
+        return torch.tanh(a.net[-2](latent) + std * torch.randn_like(std))
+
+
+def make_noise_actor(config: SteeredConfig) -> MLPActor | GaussianNoiseActor:
     """window (B, n_obs_steps * obs_dim) -> tanh output (B, horizon * action_dim) in [-1, 1]."""
-    return MLPActor(MLPConfig(obs_dim=config.window_dim, action_dim=config.noise_dim,
+    mean = MLPActor(MLPConfig(obs_dim=config.window_dim, action_dim=config.noise_dim,
                               hidden_dims=config.hidden_dims, activation=config.activation, squash="tanh"))
+    return GaussianNoiseActor(mean) if config.stochastic else mean
 
 
 def check_base(base: ChunkedPolicy) -> None:
@@ -48,7 +70,8 @@ class SteeredPolicy:
     kind = "steered"
     config_class = SteeredConfig
 
-    def __init__(self, base: ChunkedPolicy, config: SteeredConfig, actor: MLPActor | None = None):
+    def __init__(self, base: ChunkedPolicy, config: SteeredConfig,
+                 actor: MLPActor | GaussianNoiseActor | None = None):
         check_base(base)
         self.base, self.config = with_single_guess(base), config  # the actor's noise alone sets a chunk
         expected = (base.obs_dim, base.action_dim, base.n_obs_steps, list(base.noise_shape))
@@ -57,6 +80,10 @@ class SteeredPolicy:
             raise ValueError(f"steered config (obs_dim, action_dim, n_obs_steps, noise_shape) = {got} does not match "
                              f"the base policy's {expected}")
         self.model = actor if actor is not None else make_noise_actor(config)
+        if isinstance(self.model, GaussianNoiseActor) != config.stochastic:
+            raise ValueError(f"steered config stochastic={config.stochastic} needs "
+                             f"{'a GaussianNoiseActor' if config.stochastic else 'an MLPActor'}, "
+                             f"got {type(self.model).__name__}")
         self.model.eval()
         self.obs_dim, self.action_dim = config.obs_dim, config.action_dim
         self.n_obs_steps, self.horizon, self.n_action_steps = base.n_obs_steps, base.horizon, base.n_action_steps
@@ -78,7 +105,8 @@ class SteeredPolicy:
 
     @torch.no_grad()
     def noise(self, window: torch.Tensor) -> torch.Tensor:
-        """window (B, n_obs_steps, obs_dim) raw -> noise (B, horizon, action_dim) in [-bound, bound]."""
+        """window (B, n_obs_steps, obs_dim) raw -> noise (B, horizon, action_dim) in [-bound, bound]
+        (drawn afresh each call when the config is stochastic)."""
         out = self.model(window.reshape(window.shape[0], -1).float())
         return (self.config.noise_bound * out).reshape(window.shape[0], *self.noise_shape)
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from policies.checkpoint import atomic_directory
 from policies.chunked import ChunkedPolicy
 from policies.mlp import MLPActor
-from policies.steered import SteeredConfig, SteeredPolicy
+from policies.steered import GaussianNoiseActor, SteeredConfig, SteeredPolicy
 from robo.rl.asymmetric import export_actor
 from robo.rl.callbacks import DivergenceError, parameters_finite
 
@@ -60,17 +60,18 @@ def make_chunk_env(mode: str, env: gym.Env, base: ChunkedPolicy | None, a: dict)
 
 
 def evaluate_agent(model: SAC | DSRLNA | None, make_env: Callable[[], ChunkEnv], episodes: int,
-                   seed: int) -> dict[str, float]:
-    """Deterministic episodes of the agent (``None``: zero actions) in fresh wrapper envs seeded
-    ``seed + i``; returns success_rate, mean_return (wrapper reward), mean_env_steps, episodes."""
+                   seed: int, deterministic: bool = True) -> dict[str, float]:
+    """Episodes of the agent (``None``: zero actions; ``deterministic=False``: actions sampled from
+    the agent's policy) in fresh wrapper envs seeded ``seed + i``; returns success_rate,
+    mean_return (wrapper reward), mean_env_steps, episodes."""
     env = make_env()
     succ, rets, steps = [], [], []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         done, ret, info = False, 0.0, {}
         while not done:
-            a = model.predict(obs, deterministic=True)[0] if model is not None else np.zeros(env.action_space.shape,
-                                                                                             np.float32)
+            a = (model.predict(obs, deterministic=deterministic)[0] if model is not None
+                 else np.zeros(env.action_space.shape, np.float32))
             obs, r, term, trunc, info = env.step(a)
             ret, done = ret + r, term or trunc
         succ.append(bool(info.get("is_success", False)))
@@ -184,6 +185,8 @@ class SteerTrainer:
     def _build_model(self) -> SAC | DSRLNA:
         a = self.algo
         if a.get("name") == "dsrl_na":
+            if a.get("stochastic", False):
+                raise ValueError("algo=dsrl_na deploys its actor's mean: algo.stochastic=true is for SAC-based DSRL")
             if self.mode != "latent" or len(self.envs) != 1 or self.imagined_envs:
                 raise ValueError("algo=dsrl_na steers the latent noise (mode: latent) with num_envs=1")
             return DSRLNA(self.envs[0], DSRLNAConfig(**(a.get("dsrl_na") or {})), seed=int(self.c["seed"]))
@@ -204,7 +207,8 @@ class SteerTrainer:
     # evaluation ---------------------------------------------------------------------------
     def evaluate(self, episodes: int) -> dict:
         e = self.c["eval"]
-        m = evaluate_agent(self.model, self.make_env, episodes, int(e["seed"]))
+        m = evaluate_agent(self.model, self.make_env, episodes, int(e["seed"]),
+                           deterministic=not self.algo.get("stochastic", False))
         return {"env_steps": self.env_steps, "wall_time": time.time() - self.start_time, **m}
 
     def record_eval(self, m: dict) -> None:
@@ -221,7 +225,8 @@ class SteerTrainer:
 
     # the deployable policy ----------------------------------------------------------------
     def steered_policy(self) -> SteeredPolicy:
-        """The deterministic SAC actor as a ``SteeredPolicy`` over the base (DSRL only)."""
+        """The SAC actor as a ``SteeredPolicy`` over the base (DSRL only): its mean, or with
+        ``algo.stochastic`` its squashed Gaussian (the policy SAC trained and evaluates)."""
         if self.mode != "latent":
             raise ValueError(f"only algo.mode=latent yields a steered policy, not {self.mode!r}")
         if isinstance(self.model, DSRLNA):
@@ -232,10 +237,17 @@ class SteerTrainer:
         mlp.model.obs_mean.copy_(torch.as_tensor(center, dtype=torch.float32))
         mlp.model.obs_std.copy_(torch.as_tensor(scale, dtype=torch.float32))
         c = mlp.config
+        stochastic = bool(self.algo.get("stochastic", False))
         cfg = SteeredConfig(obs_dim=self.base.obs_dim, action_dim=self.base.action_dim,
                             n_obs_steps=self.base.n_obs_steps, noise_shape=list(self.base.noise_shape),
-                            noise_bound=env.noise_bound, hidden_dims=c.hidden_dims, activation=c.activation)
+                            noise_bound=env.noise_bound, hidden_dims=c.hidden_dims, activation=c.activation,
+                            stochastic=stochastic)
         actor: MLPActor = mlp.model
+        if stochastic:
+            sac_log_std = self.model.actor.log_std
+            log_std = torch.nn.Linear(sac_log_std.in_features, sac_log_std.out_features)
+            log_std.load_state_dict(sac_log_std.state_dict())
+            return SteeredPolicy(self.base, cfg, GaussianNoiseActor(actor, log_std))
         return SteeredPolicy(self.base, cfg, actor)
 
     # checkpoints --------------------------------------------------------------------------

@@ -59,6 +59,28 @@ def test_save_load_gives_identical_actions_and_the_actor_matters(tmp_path, make_
     assert not torch.allclose(torch.as_tensor(steered.predict_chunk(hist)), torch.as_tensor(other.predict_chunk(hist)))
 
 
+def test_a_stochastic_steered_policy_samples_its_noise_and_round_trips(tmp_path):
+    base = tiny_diffusion()
+    cfg = SteeredConfig(obs_dim=2, action_dim=2, n_obs_steps=2, noise_shape=[8, 2], noise_bound=1.5,
+                        hidden_dims=[16], stochastic=True)
+    steered = SteeredPolicy(base, cfg)
+    with torch.no_grad():
+        steered.model.log_std.weight.zero_()
+        steered.model.log_std.bias.fill_(np.log(0.3))  # std 0.3 before the tanh
+    steered.save(tmp_path / "steered")
+    loaded = load_policy(tmp_path / "steered")
+    assert loaded.config.stochastic
+    window = torch.zeros(4000, 2, 2)
+    torch.manual_seed(0)
+    a = steered.noise(window)
+    torch.manual_seed(0)
+    np.testing.assert_array_equal(a.numpy(), loaded.noise(window).numpy())  # same weights, same draws
+    pre_tanh = torch.atanh((a / 1.5).clamp(-0.999999, 0.999999))
+    assert pre_tanh.std(0).mean().item() == pytest.approx(0.3, abs=0.02)
+    with pytest.raises(ValueError, match="stochastic"):
+        SteeredPolicy(base, cfg, SteeredPolicy.for_base(base, hidden_dims=[16]).model)
+
+
 def test_reset_mask_refills_only_the_masked_window():
     steered = SteeredPolicy.for_base(tiny_diffusion(), hidden_dims=[8])
     steered.act(np.zeros((2, 2), np.float32))

@@ -81,6 +81,33 @@ def test_layer_norm_critics_train_save_and_resume(tmp_path, weak_base):
     assert load_policy(tmp_path / "checkpoints" / "latest" / "policy").kind == "steered"
 
 
+def test_stochastic_steering_exports_sacs_sampled_noise(tmp_path, weak_base):
+    c = {"algo": algo_config("dsrl", ["stochastic=true", "kwargs.learning_starts=20", "kwargs.gradient_steps=1",
+                                      "policy_kwargs.net_arch=[32,32]"]),
+         "total_env_steps": 200, "num_envs": 1, "seed": 0, "eval_every": 200, "checkpoint_every": 200,
+         "eval": {"episodes": 2, "episodes_during_training": 2, "seed": EVAL_SEED}}
+    trainer = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
+    trainer.train()
+    policy = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
+    assert policy.kind == "steered" and policy.config.stochastic
+    window = torch.randn(1, weak_base.n_obs_steps, weak_base.obs_dim)
+    torch.manual_seed(0)
+    ours = torch.stack([policy.noise(window).flatten() for _ in range(2000)]) / policy.config.noise_bound
+    assert ours.std(0).min() > 1e-3  # it samples: each call draws new noise
+    # the same squashed Gaussian as SB3's actor on the same (normalized) window
+    center, scale = trainer.envs[0].window_normalization()
+    x = (window.reshape(1, -1) - torch.as_tensor(center, dtype=torch.float32)) / torch.as_tensor(scale,
+                                                                                                  dtype=torch.float32)
+    with torch.no_grad():
+        mean, log_std, _ = trainer.model.actor.get_action_dist_params(x)
+        sb3 = torch.tanh(mean + log_std.exp() * torch.randn(2000, mean.shape[1]))
+    np.testing.assert_allclose(ours.mean(0), sb3.mean(0), atol=0.08)
+    np.testing.assert_allclose(ours.std(0), sb3.std(0), atol=0.08)
+    with pytest.raises(ValueError, match="stochastic"):
+        SteerTrainer({**c, "algo": algo_config("dsrl_na", ["stochastic=true"])}, tmp_path / "na", weak_base,
+                     lambda: gym.make(TOY), progress=False).train()
+
+
 def _na(base, **cfg) -> DSRLNA:
     env = LatentNoiseEnv(gym.make(TOY), base, noise_bound=1.0, reward="success", reward_offset=1.0,
                          failure_reward=-60.0)
