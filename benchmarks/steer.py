@@ -4,8 +4,9 @@
         --budget 20000 --episodes 100 [--methods dsrl,residual_sac,sac_actions] [--n-action-steps 4]
 
 The base policy (a deliberately weak diffusion policy, e.g. ``robo train policy=diffusion
-task=pusht demos=20 policy.train.steps=...``) is evaluated first with N(0, I) noise through the
-chunked evaluation path, and with zero noise. Each method then trains with SAC (configs/algo/<method>.yaml) for
+task=pusht +task.demo_kwargs.noise_std=0.006 policy.train.steps=20000``) is evaluated first with
+N(0, I) noise through the chunked evaluation path, with zero noise, and with N(0, I) clipped to
+DSRL's noise box (the warm-up's noise). Each method then trains with SAC (configs/algo/<method>.yaml) for
 ``--budget`` env steps, evaluating every ``--eval-every`` env steps on ``--eval-episodes``
 episodes; the final evaluation uses ``--episodes`` episodes with the same env seeds as the base
 (for DSRL through the exported steered policy, i.e. the ordinary evaluation path). Prints one
@@ -34,18 +35,19 @@ from table import print_table  # benchmarks/table.py (this folder is on sys.path
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-class ZeroNoise:
-    """The base policy with its noise fixed at zero (the mode its denoiser maps the mean noise to):
-    the constant-noise reference a learned steering actor should beat."""
+class DrawnNoise:
+    """The base policy with its noise drawn by ``draw(shape) -> tensor`` instead of N(0, I):
+    zero noise (the mode its denoiser maps the mean noise to: the constant-noise reference a
+    learned steering actor should beat) or N(0, I) clipped to the steering box (the warm-up's)."""
 
-    def __init__(self, base):
-        self.base = base
+    def __init__(self, base, draw):
+        self.base, self.draw = base, draw
 
     def __getattr__(self, name):
         return getattr(self.base, name)
 
     def act(self, obs, noise=None):
-        return self.base.act(obs, noise=torch.zeros(len(obs), *self.base.noise_shape))
+        return self.base.act(obs, noise=self.draw((len(obs), *self.base.noise_shape)))
 
 
 def run_method(name: str, base, task: dict, args, out: Path) -> dict:
@@ -95,14 +97,15 @@ def main() -> None:
     base = load_policy(args.base)
     if args.n_action_steps is not None:
         base = with_execution_horizon(base, args.n_action_steps)
-    m = evaluate_chunked_policy(base, task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
-                                env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
-    z = evaluate_chunked_policy(ZeroNoise(base), task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
-                                env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
-    rows = [{"method": f"base {base.kind} (N(0, I) noise)", "env_steps": 0, "success": m["success_rate"],
-             "episodes": args.episodes, "steps_to_target": "-", "wall_min": 0.0},
-            {"method": f"base {base.kind} (zero noise)", "env_steps": 0, "success": z["success_rate"],
-             "episodes": args.episodes, "steps_to_target": "-", "wall_min": 0.0}]
+    bound = float(algo_config("dsrl", args.set)["noise_bound"])
+    variants = {"N(0, I) noise": base, "zero noise": DrawnNoise(base, torch.zeros),
+                f"N(0, I) clipped to +-{bound:g}": DrawnNoise(base, lambda s: torch.randn(s).clamp(-bound, bound))}
+    rows = []
+    for label, policy in variants.items():
+        m = evaluate_chunked_policy(policy, task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
+                                    env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
+        rows.append({"method": f"base {base.kind} ({label})", "env_steps": 0, "success": m["success_rate"],
+                     "episodes": args.episodes, "steps_to_target": "-", "wall_min": 0.0})
     for name in args.methods.split(","):
         rows.append(run_method(name, base, task, args, args.out))
     print_table(rows, ["method", "env_steps", "success", "episodes", "steps_to_target", "wall_min"])
