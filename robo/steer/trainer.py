@@ -9,6 +9,7 @@ continues from ``latest``.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -152,6 +153,7 @@ class SteerTrainer:
         self.c, self.run_dir, self.base, self._make_task_env = c, Path(run_dir), base, make_env
         self.algo = c["algo"]
         self.mode = self.algo.get("mode", "latent")
+        self.stochastic = bool(self.algo.get("stochastic", False))  # evaluate and deploy SAC's sampled noise
         if self.mode != "action" and base is None:
             raise ValueError(f"algo.mode={self.mode} steers a base policy: pass base=<policy checkpoint folder>")
         self.budget, self.progress = int(c["total_env_steps"]), progress
@@ -185,7 +187,7 @@ class SteerTrainer:
     def _build_model(self) -> SAC | DSRLNA:
         a = self.algo
         if a.get("name") == "dsrl_na":
-            if a.get("stochastic", False):
+            if self.stochastic:
                 raise ValueError("algo=dsrl_na deploys its actor's mean: algo.stochastic=true is for SAC-based DSRL")
             if self.mode != "latent" or len(self.envs) != 1 or self.imagined_envs:
                 raise ValueError("algo=dsrl_na steers the latent noise (mode: latent) with num_envs=1")
@@ -208,7 +210,7 @@ class SteerTrainer:
     def evaluate(self, episodes: int) -> dict:
         e = self.c["eval"]
         m = evaluate_agent(self.model, self.make_env, episodes, int(e["seed"]),
-                           deterministic=not self.algo.get("stochastic", False))
+                           deterministic=not self.stochastic)
         return {"env_steps": self.env_steps, "wall_time": time.time() - self.start_time, **m}
 
     def record_eval(self, m: dict) -> None:
@@ -237,17 +239,13 @@ class SteerTrainer:
         mlp.model.obs_mean.copy_(torch.as_tensor(center, dtype=torch.float32))
         mlp.model.obs_std.copy_(torch.as_tensor(scale, dtype=torch.float32))
         c = mlp.config
-        stochastic = bool(self.algo.get("stochastic", False))
         cfg = SteeredConfig(obs_dim=self.base.obs_dim, action_dim=self.base.action_dim,
                             n_obs_steps=self.base.n_obs_steps, noise_shape=list(self.base.noise_shape),
                             noise_bound=env.noise_bound, hidden_dims=c.hidden_dims, activation=c.activation,
-                            stochastic=stochastic)
+                            stochastic=self.stochastic)
         actor: MLPActor = mlp.model
-        if stochastic:
-            sac_log_std = self.model.actor.log_std
-            log_std = torch.nn.Linear(sac_log_std.in_features, sac_log_std.out_features)
-            log_std.load_state_dict(sac_log_std.state_dict())
-            return SteeredPolicy(self.base, cfg, GaussianNoiseActor(actor, log_std))
+        if self.stochastic:
+            return SteeredPolicy(self.base, cfg, GaussianNoiseActor(actor, copy.deepcopy(self.model.actor.log_std)))
         return SteeredPolicy(self.base, cfg, actor)
 
     # checkpoints --------------------------------------------------------------------------

@@ -58,14 +58,19 @@ def test_dsrl_raises_success_over_the_base_on_the_same_seeds(tmp_path, weak_base
     assert best.kind == "steered" and success(best) >= min(0.95, base_success + 0.25)
 
 
+def short_run_config(*overrides: str) -> dict:
+    """A 200-env-step DSRL run with small nets, one evaluation and one checkpoint at its end."""
+    algo = algo_config("dsrl", [*overrides, "kwargs.learning_starts=20", "kwargs.gradient_steps=1",
+                                "policy_kwargs.net_arch=[32,32]"])
+    return {"algo": algo, "total_env_steps": 200, "num_envs": 1, "seed": 0, "eval_every": 200, "checkpoint_every": 200,
+            "eval": {"episodes": 2, "episodes_during_training": 2, "seed": EVAL_SEED}}
+
+
 def test_layer_norm_critics_train_save_and_resume(tmp_path, weak_base):
     def has_layer_norm(module):
         return any(isinstance(m, torch.nn.LayerNorm) for m in module.modules())
 
-    c = {"algo": algo_config("dsrl", ["critic_layer_norm=true", "kwargs.learning_starts=20", "kwargs.gradient_steps=1",
-                                      "policy_kwargs.net_arch=[32,32]"]),
-         "total_env_steps": 200, "num_envs": 1, "seed": 0, "eval_every": 200, "checkpoint_every": 200,
-         "eval": {"episodes": 2, "episodes_during_training": 2, "seed": EVAL_SEED}}
+    c = short_run_config("critic_layer_norm=true")
     trainer = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
     trainer.train()
     critic, target = trainer.model.policy.critic, trainer.model.policy.critic_target
@@ -82,10 +87,7 @@ def test_layer_norm_critics_train_save_and_resume(tmp_path, weak_base):
 
 
 def test_stochastic_steering_exports_sacs_sampled_noise(tmp_path, weak_base):
-    c = {"algo": algo_config("dsrl", ["stochastic=true", "kwargs.learning_starts=20", "kwargs.gradient_steps=1",
-                                      "policy_kwargs.net_arch=[32,32]"]),
-         "total_env_steps": 200, "num_envs": 1, "seed": 0, "eval_every": 200, "checkpoint_every": 200,
-         "eval": {"episodes": 2, "episodes_during_training": 2, "seed": EVAL_SEED}}
+    c = short_run_config("stochastic=true")
     trainer = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
     trainer.train()
     policy = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
