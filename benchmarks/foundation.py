@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
     ap.add_argument("--variants", type=int, default=1, help="quadrotors per teacher in DAgger (its own + variants)")
     ap.add_argument("--variant-scale", type=float, default=0.1, help="variants' parameters within +- this fraction")
+    ap.add_argument("--dagger-tasks", type=json.loads, nargs="+", default=[{}], metavar="JSON",
+                    help="what the students fly in DAgger: overrides of the teachers' task, e.g. '{}' "
+                         "'{\"name\": \"figure_eight\", \"figure_eight_period\": 8.0}' (envs split evenly)")
     ap.add_argument("--ema-decay", type=float, default=DaggerConfig.ema_decay,
                     help="validate and keep a moving average of the students' weights (0: the raw weights)")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
@@ -74,6 +77,7 @@ def main() -> None:
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
                    "validation_quadrotors": args.validation, "restarts": args.restarts,
                    "variants_per_teacher": args.variants, "variant_scale": args.variant_scale,
+                   "tasks": args.dagger_tasks,
                    "ema_decay": args.ema_decay},
         "eval": {"quadrotors": args.quadrotors, "starts": args.starts}})
     t0 = time.time()

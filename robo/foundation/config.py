@@ -6,6 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from sims.envs import make_task_config
 from sims.quadrotor.randomization import RandomizationConfig
 
 
@@ -56,6 +59,11 @@ class DaggerConfig:
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
     trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
     (``envs_per_teacher`` must be a multiple of V).
+    ``tasks``: what the students fly in DAgger, as overrides of the teachers' task config (e.g.
+    ``{name: figure_eight, figure_eight_period: 8.0}`` for a moving reference, ``{init: {velocity: 1.0}}``
+    for starts in motion, as after a push); each teacher's envs are split evenly among them, so
+    ``envs_per_teacher`` must be a multiple of ``len(tasks) * variants_per_teacher``. ``[{}]``: the
+    teachers' own task only.
     ``ema_decay`` (None or 0: off) keeps an exponential moving average of the student's weights over its
     optimizer steps (``policies.ema``: the decay warms up to ``ema_decay``); the average is what is
     validated, kept and returned, while the raw student flies to collect the data. At 64 teachers it
@@ -80,6 +88,7 @@ class DaggerConfig:
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     variants_per_teacher: int = 1
     variant_scale: float = 0.1
+    tasks: list[dict] = field(default_factory=lambda: [{}])
     ema_decay: float | None = 0.999
     seed: int = 0
 
@@ -144,9 +153,11 @@ class FoundationRunConfig:
         if not (0.0 <= self.dagger.beta_start <= 1.0 and 0.0 <= self.dagger.beta_decay <= 1.0):
             raise ValueError(f"dagger.beta_start and dagger.beta_decay must lie in [0, 1], got "
                              f"{self.dagger.beta_start}, {self.dagger.beta_decay}")
-        if self.dagger.envs_per_teacher % self.dagger.variants_per_teacher:
+        validate_task_overrides(self.dagger.tasks)
+        groups = len(self.dagger.tasks) * self.dagger.variants_per_teacher
+        if self.dagger.envs_per_teacher % groups:
             raise ValueError(f"dagger.envs_per_teacher={self.dagger.envs_per_teacher} must be a multiple of "
-                             f"dagger.variants_per_teacher={self.dagger.variants_per_teacher}")
+                             f"len(dagger.tasks) x dagger.variants_per_teacher = {groups}")
         if not 0.0 <= self.dagger.variant_scale < 1.0:
             raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
         if self.dagger.ema_decay is not None and not 0.0 <= self.dagger.ema_decay < 1.0:
@@ -171,6 +182,26 @@ class FoundationRunConfig:
     def from_dict(cls, d: dict[str, Any]) -> "FoundationRunConfig":
         """Build from a plain dict (e.g. a resolved Hydra node), rejecting unknown keys by name."""
         return _from_dict(cls, dict(d))
+
+
+def merged_task(task: str | dict, overrides: dict) -> dict:
+    """The task config ``task`` (a name or dict, see ``sims.envs.make_task_config``) with ``overrides``
+    merged in at any depth (e.g. ``{"init": {"velocity": 1.0}}`` keeps the other ``init`` keys)."""
+    base = dataclasses.asdict(make_task_config(task))
+    return OmegaConf.to_container(OmegaConf.merge(base, dict(overrides)), resolve=True)
+
+
+def validate_task_overrides(tasks) -> None:
+    """``dagger.tasks`` must be a non-empty list of dicts that each make a valid task config."""
+    if not isinstance(tasks, (list, tuple)) or not tasks:
+        raise ValueError(f"dagger.tasks must be a non-empty list of task overrides (e.g. [{{}}]), got {tasks!r}")
+    for i, overrides in enumerate(tasks):
+        if not isinstance(overrides, dict):
+            raise ValueError(f"dagger.tasks[{i}] must be a dict of task-config overrides, got {overrides!r}")
+        try:
+            make_task_config(merged_task("hover", overrides))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"dagger.tasks[{i}] = {overrides!r} is not a valid task: {e}") from e
 
 
 def _get(obj, dotted: str):

@@ -21,7 +21,7 @@ from torch import nn
 from policies.ema import make_ema
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
-from robo.foundation.config import DaggerConfig
+from robo.foundation.config import DaggerConfig, merged_task
 from robo.foundation.fleet import Labeller, TeacherEnsemble, make_dagger_task
 from robo.foundation.trim import trimmed_variants
 from sims.envs import OBS_DIM
@@ -133,16 +133,40 @@ def bptt_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: Sequenc
 
 
 def dagger_fleet(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task: dict | str,
-                 cfg: DaggerConfig) -> tuple[BatchedQuadrotorTask, Labeller]:
+                 cfg: DaggerConfig, seed_offset: int = 0) -> tuple[BatchedQuadrotorTask, Labeller]:
     """The batched sim the students fly and the labeller of its envs. Each teacher's
     ``envs_per_teacher`` envs fly its own quadrotor, or, with ``variants_per_teacher`` V > 1, V
     variants of it (its own and V - 1 ``perturbed_params`` within ``variant_scale``), each with the
-    teacher trimmed on that variant: many more quadrotors than teachers, labelled without offsets."""
+    teacher trimmed on that variant: many more quadrotors than teachers, labelled without offsets.
+    ``seed_offset`` shifts the seed of the envs' starts (not of the variants)."""
     k, v = cfg.envs_per_teacher, cfg.variants_per_teacher
     if v == 1:
-        return make_dagger_task(task, quads, k, cfg.seed), Labeller(ensemble)
+        return make_dagger_task(task, quads, k, cfg.seed + seed_offset), Labeller(ensemble)
     variants, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
-    return make_dagger_task(task, variants, k // v, cfg.seed), Labeller(ensemble, np.repeat(shift, k // v, axis=0))
+    return (make_dagger_task(task, variants, k // v, cfg.seed + seed_offset),
+            Labeller(ensemble, np.repeat(shift, k // v, axis=0)))
+
+
+def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task: dict | str,
+                  cfg: DaggerConfig) -> list[tuple[BatchedQuadrotorTask, Labeller]]:
+    """One ``dagger_fleet`` per entry of ``cfg.tasks`` (overrides of the teachers' ``task``), each with
+    ``envs_per_teacher / len(tasks)`` envs per teacher and its own starts."""
+    per_task = dataclasses.replace(cfg, envs_per_teacher=cfg.envs_per_teacher // len(cfg.tasks))
+    return [dagger_fleet(ensemble, quads, merged_task(task, overrides), per_task, seed_offset=1000 * i)
+            for i, overrides in enumerate(cfg.tasks)]
+
+
+def collect_fleets(fleets: list[tuple[BatchedQuadrotorTask, Labeller]], model: nn.Module, steps: int, beta: float,
+                   generator: torch.Generator) -> tuple[Sequences, dict]:
+    """``collect`` on every fleet; the sequences are joined along the env axis (T, sum B, ...)."""
+    parts = [collect(sim, model, labeller, steps, beta, generator) for sim, labeller in fleets]
+    if len(parts) == 1:
+        return parts[0]
+    data = Sequences(*(torch.cat([getattr(d, f.name) for d, _ in parts], 1) for f in dataclasses.fields(Sequences)))
+    envs = [sim.num_envs for sim, _ in fleets]
+    stats = {"beta": beta, "crashes": sum(s["crashes"] for _, s in parts),
+             "final_mean_error": float(np.average([s["final_mean_error"] for _, s in parts], weights=envs))}
+    return data, stats
 
 
 def learning_rate(cfg: DaggerConfig, iteration: int) -> float:
@@ -168,7 +192,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         raise ValueError(f"{len(teachers)} teachers for {len(quads)} quadrotors; give one teacher per quadrotor")
     model = make_student(kind, cfg)
     ensemble = TeacherEnsemble(teachers)
-    sim, labeller = dagger_fleet(ensemble, quads, task, cfg)
+    fleets = dagger_fleets(ensemble, quads, task, cfg)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     average = None if cfg.ema_decay is None else make_ema(model, max_decay=cfg.ema_decay)
     kept = model if average is None else average.module
@@ -181,7 +205,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         beta = cfg.beta_start * cfg.beta_decay ** it
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, it)
-        data, stats = collect(sim, model, labeller, cfg.steps_per_iteration, beta, gen)
+        data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()
         loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen, update) for _ in range(cfg.epochs)

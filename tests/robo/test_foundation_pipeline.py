@@ -56,7 +56,11 @@ def ray_local():
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
-    ({"dagger": {"variants_per_teacher": 3}}, "multiple of dagger.variants_per_teacher"),
+    ({"dagger": {"variants_per_teacher": 3}}, "multiple of len.dagger.tasks. x dagger.variants_per_teacher = 3"),
+    ({"dagger": {"tasks": [{}, {"name": "figure_eight"}], "variants_per_teacher": 8}}, "= 16"),
+    ({"dagger": {"tasks": []}}, "non-empty list"),
+    ({"dagger": {"tasks": ["figure_eight"]}}, r"tasks\[0\] must be a dict"),
+    ({"dagger": {"tasks": [{}, {"init": {"velocty": 1.0}}]}}, r"tasks\[1\].*velocty"),
     ({"dagger": {"variant_scale": 1.0}}, "variant_scale"),
     ({"dagger": {"ema_decay": 1.0}}, "ema_decay"),
     ({"teacher": {"total_stepz": 5}}, r"teacher\.total_stepz"),
@@ -143,6 +147,32 @@ def test_collect_records_sequences_labelled_by_the_env_s_teacher():
     assert bool(data.starts[0].all()) and stats["beta"] == 0.5
     for b in range(6):  # env b's label is teacher b // 3 acting on env b's observation
         torch.testing.assert_close(data.labels[:, b], teachers[b // 3].act(data.obs[:, b]), rtol=1e-5, atol=1e-6)
+
+
+def test_dagger_tasks_split_each_teacher_s_envs_and_override_the_teachers_task():
+    """``dagger.tasks`` flies every teacher's quadrotor on each listed task (the teachers' task with the
+    overrides merged in), ``envs_per_teacher / len(tasks)`` envs each; the sequences join along the env
+    axis, each env still labelled by its own teacher."""
+    from robo.foundation.dagger import collect_fleets, dagger_fleets
+
+    teachers = _teachers(2)
+    quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=0)
+    teacher_task = {"name": "hover", "init": {"angle_deg": 10.0}}
+    cfg = DaggerConfig(envs_per_teacher=4, tasks=[{}, {"name": "figure_eight", "init": {"velocity": 1.0}}])
+    fleets = dagger_fleets(TeacherEnsemble(teachers), quads, teacher_task, cfg)
+    (hover, _), (eight, _) = fleets
+    assert hover.num_envs == eight.num_envs == 4
+    assert hover.config.name == "hover" and eight.config.name == "figure_eight"
+    assert eight.config.init.velocity == 1.0 and eight.config.init.angle_deg == 10.0  # merged, not replaced
+    assert hover.config.init.velocity == 0.0
+    torch.testing.assert_close(eight.sim.params.mass[:2], torch.full((2,), quads[0].mass))
+    data, stats = collect_fleets(fleets, make_student("gru", cfg), 30, 0.5, torch.Generator().manual_seed(0))
+    assert data.obs.shape == (30, 8, 22) and data.starts.shape == (30, 8) and stats["beta"] == 0.5
+    for b, teacher in enumerate([0, 0, 1, 1, 0, 0, 1, 1]):  # hover envs, then figure-eight envs
+        torch.testing.assert_close(data.labels[:, b], teachers[teacher].act(data.obs[:, b]), rtol=1e-5, atol=1e-6)
+    velocity_error = data.obs[0, :, 12:15].norm(dim=-1)  # at t = 0: hover starts at rest, on a still reference;
+    assert float(velocity_error[:4].max()) < 1e-6  # the figure-eight's reference moves at 1.48 m/s, the quad <= 1 m/s
+    assert float(velocity_error[4:].min()) > 0.4
 
 
 @pytest.mark.parametrize("kind", ["gru", "mlp"])
