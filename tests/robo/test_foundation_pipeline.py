@@ -349,11 +349,13 @@ def test_yaml_config_mirrors_the_dataclass():
 
     with initialize_config_module("robo.configs", version_base="1.3"):
         default = OmegaConf.to_container(compose("foundation"), resolve=True)
-        cluster = OmegaConf.to_container(compose("foundation", overrides=["teachers=64", "ray.address=auto"]),
-                                         resolve=True)
+        cluster = OmegaConf.to_container(compose("foundation", overrides=[
+            "teachers=64", "ray.address=auto", "dagger.tasks=[{},{name: figure_eight, figure_eight_period: 8.0}]"]),
+            resolve=True)
     assert FoundationRunConfig.from_dict(default) == FoundationRunConfig()
     c = FoundationRunConfig.from_dict(cluster)
     assert c.teachers == 64 and c.ray.address == "auto"
+    assert c.dagger.tasks == [{}, {"name": "figure_eight", "figure_eight_period": 8.0}]
 
 
 def test_teachers_of_several_runs_pool_by_mass(tmp_path):
