@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--teachers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=60_000, help="env steps per teacher")
     ap.add_argument("--eval-every", type=int, default=50_000, help="teacher evaluations (the best one is kept)")
+    ap.add_argument("--teacher-overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="Hydra overrides of configs/train.yaml for the teachers, e.g. task.init.velocity=1.5")
     ap.add_argument("--counts", type=int, nargs="+", default=[2, 4], help="teachers per GRU student")
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--address", default=None, help="'auto' to join a running Ray cluster")
@@ -54,9 +56,9 @@ def main() -> None:
     ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
     ap.add_argument("--variants", type=int, default=1, help="quadrotors per teacher in DAgger (its own + variants)")
     ap.add_argument("--variant-scale", type=float, default=0.1, help="variants' parameters within +- this fraction")
-    ap.add_argument("--dagger-tasks", type=json.loads, nargs="+", default=[{}], metavar="JSON",
-                    help="what the students fly in DAgger: overrides of the teachers' task, e.g. '{}' "
-                         "'{\"name\": \"figure_eight\", \"figure_eight_period\": 8.0}' (envs split evenly)")
+    ap.add_argument("--dagger-tasks", type=json.loads, nargs="+", default=DaggerConfig().tasks, metavar="JSON",
+                    help="what the students fly in DAgger: overrides of the teachers' task (envs split evenly), "
+                         "e.g. '{}' for hover only; default: hover and a 1.2 m, 5 s figure-eight")
     ap.add_argument("--ema-decay", type=float, default=DaggerConfig.ema_decay,
                     help="validate and keep a moving average of the students' weights (0: the raw weights)")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
@@ -70,7 +72,8 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = FoundationRunConfig.from_dict({
         "teachers": args.teachers, "seed": args.seed,
-        "teacher": {"total_steps": args.steps, "eval_every": min(args.eval_every, args.steps),
+        "teacher": {"overrides": args.teacher_overrides, "total_steps": args.steps,
+                    "eval_every": min(args.eval_every, args.steps),
                     "checkpoint_every": max(args.steps // 2, 1),
                     "eval_envs": 32, "trim": args.trim},
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
