@@ -1,10 +1,12 @@
 """DAgger distillation of many RL teachers into one student that never sees the parameters.
 
-The student flies ``envs_per_teacher`` copies of every teacher's quadrotor in one batched sim
-(env ``b`` belongs to teacher ``b // envs_per_teacher``; with ``variants_per_teacher`` the copies fly
-variants of it, see ``dagger_fleet``); each teacher labels the observations its own envs visit.
-Envs are laid out teacher-major, so labelling is one vmapped call over ``obs.view(N, k, D)`` (all
-teachers share an architecture, ``robo.foundation.fleet``) instead of N separate forwards.
+The student flies ``envs_per_teacher`` copies of every teacher's quadrotor, split over one batched
+sim per DAgger task (``dagger.tasks``, e.g. hover and a figure-eight; see ``dagger_fleets``). In each
+sim, env ``b`` belongs to teacher ``b // k`` for the ``k`` envs per teacher of that task; with
+``variants_per_teacher`` the copies fly variants of it (``dagger_fleet``). Each teacher labels the
+observations its own envs visit. Envs are laid out teacher-major, so labelling is one vmapped call
+over ``obs.view(N, k, D)`` (all teachers share an architecture, ``robo.foundation.fleet``) instead of
+N separate forwards.
 """
 
 from __future__ import annotations
