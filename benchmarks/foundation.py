@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--variant-scale", type=float, default=0.1, help="variants' parameters within +- this fraction")
     ap.add_argument("--dagger-tasks", type=json.loads, nargs="+", default=DaggerConfig().tasks, metavar="JSON",
                     help="what the students fly in DAgger: overrides of the teachers' task (envs split evenly), "
-                         "e.g. '{}' for hover only; default: hover and a 1.2 m, 5 s figure-eight")
+                         "e.g. '{}' '{\"name\": \"figure_eight\"}' for hover and a figure-eight; default: hover only")
     ap.add_argument("--ema-decay", type=float, default=DaggerConfig.ema_decay,
                     help="validate and keep a moving average of the students' weights (0: the raw weights)")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")

@@ -56,7 +56,7 @@ def ray_local():
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
-    ({"dagger": {"variants_per_teacher": 3}}, "multiple of len.dagger.tasks. x dagger.variants_per_teacher = 6"),
+    ({"dagger": {"variants_per_teacher": 3}}, "multiple of len.dagger.tasks. x dagger.variants_per_teacher = 3"),
     ({"dagger": {"tasks": [{}, {"name": "figure_eight"}], "variants_per_teacher": 8}}, "= 16"),
     ({"dagger": {"tasks": []}}, "non-empty list"),
     ({"dagger": {"tasks": ["figure_eight"]}}, r"tasks\[0\] must be a dict"),
