@@ -3,7 +3,7 @@
 The student flies ``envs_per_teacher`` copies of every teacher's quadrotor, split over one batched
 sim per DAgger task (``dagger.tasks``, e.g. hover and a figure-eight; see ``dagger_fleets``). In each
 sim, env ``b`` belongs to teacher ``b // k`` for the ``k`` envs per teacher of that task; with
-``variants_per_teacher`` the copies fly variants of it (``dagger_fleet``). Each teacher labels the
+``variants_per_teacher`` the copies fly variants of it. Each teacher labels the
 observations its own envs visit. Envs are laid out teacher-major, so labelling is one vmapped call
 over ``obs.view(N, k, D)`` (all teachers share an architecture, ``robo.foundation.fleet``) instead of
 N separate forwards.
@@ -134,27 +134,21 @@ def bptt_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: Sequenc
     return float(np.mean(losses))
 
 
-def dagger_fleet(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task: dict | str,
-                 cfg: DaggerConfig, seed_offset: int = 0) -> tuple[BatchedQuadrotorTask, Labeller]:
-    """The batched sim the students fly and the labeller of its envs. Each teacher's
-    ``envs_per_teacher`` envs fly its own quadrotor, or, with ``variants_per_teacher`` V > 1, V
-    variants of it (its own and V - 1 ``perturbed_params`` within ``variant_scale``), each with the
-    teacher trimmed on that variant: many more quadrotors than teachers, labelled without offsets.
-    ``seed_offset`` shifts the seed of the envs' starts (not of the variants)."""
-    k, v = cfg.envs_per_teacher, cfg.variants_per_teacher
-    if v == 1:
-        return make_dagger_task(task, quads, k, cfg.seed + seed_offset), Labeller(ensemble)
-    variants, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
-    return (make_dagger_task(task, variants, k // v, cfg.seed + seed_offset),
-            Labeller(ensemble, np.repeat(shift, k // v, axis=0)))
-
-
 def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task: dict | str,
                   cfg: DaggerConfig) -> list[tuple[BatchedQuadrotorTask, Labeller]]:
-    """One ``dagger_fleet`` per entry of ``cfg.tasks`` (overrides of the teachers' ``task``), each with
-    ``envs_per_teacher / len(tasks)`` envs per teacher and its own starts."""
-    per_task = dataclasses.replace(cfg, envs_per_teacher=cfg.envs_per_teacher // len(cfg.tasks))
-    return [dagger_fleet(ensemble, quads, merged_task(task, overrides), per_task, seed_offset=1000 * i)
+    """The batched sims the students fly, one per entry of ``cfg.tasks`` (overrides of the teachers'
+    ``task``, each with its own starts), and the labeller of their envs (the same for all: every sim
+    has the same teacher-major layout). Each teacher's ``envs_per_teacher / len(tasks)`` envs per task
+    fly its own quadrotor, or, with ``variants_per_teacher`` V > 1, V variants of it (its own and V - 1
+    ``perturbed_params`` within ``variant_scale``), each with the teacher trimmed on that variant, once
+    for all tasks: many more quadrotors than teachers, labelled without offsets."""
+    k, v = cfg.envs_per_teacher // len(cfg.tasks), cfg.variants_per_teacher
+    if v == 1:
+        flyers, labeller = quads, Labeller(ensemble)
+    else:
+        flyers, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
+        labeller = Labeller(ensemble, np.repeat(shift, k // v, axis=0))
+    return [(make_dagger_task(merged_task(task, overrides), flyers, k // v, cfg.seed + 1000 * i), labeller)
             for i, overrides in enumerate(cfg.tasks)]
 
 
@@ -162,8 +156,6 @@ def collect_fleets(fleets: list[tuple[BatchedQuadrotorTask, Labeller]], model: n
                    generator: torch.Generator) -> tuple[Sequences, dict]:
     """``collect`` on every fleet; the sequences are joined along the env axis (T, sum B, ...)."""
     parts = [collect(sim, model, labeller, steps, beta, generator) for sim, labeller in fleets]
-    if len(parts) == 1:
-        return parts[0]
     data = Sequences(*(torch.cat([getattr(d, f.name) for d, _ in parts], 1) for f in dataclasses.fields(Sequences)))
     envs = [sim.num_envs for sim, _ in fleets]
     stats = {"beta": beta, "crashes": sum(s["crashes"] for _, s in parts),
