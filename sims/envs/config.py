@@ -78,13 +78,40 @@ class TerminationConfig:
 
 
 @dataclass
+class FigureEightRandomization:
+    """Per-episode figure-eight shapes (``figure_eight`` task): each reset draws an amplitude
+    uniformly in ``amplitude`` (m) and a period uniformly in ``period`` (s) where given (null: the
+    task's fixed value), and with ``random_phase`` a start phase uniform in [0, 2 pi). Episodes start
+    around the reference's position at t = 0, so a random phase does not start them off the path."""
+
+    amplitude: tuple[float, float] | None = None
+    period: tuple[float, float] | None = None
+    random_phase: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("amplitude", "period"):
+            r = getattr(self, name)
+            if r is None:
+                continue
+            if len(r) != 2 or not 0 <= r[0] <= r[1] or (name == "period" and r[0] <= 0):
+                raise ValueError(f"figure_eight_randomization.{name} must be [low, high] with "
+                                 f"0 {'<' if name == 'period' else '<='} low <= high, got {list(r)}")
+            setattr(self, name, (float(r[0]), float(r[1])))
+
+    @property
+    def enabled(self) -> bool:
+        return self.amplitude is not None or self.period is not None or self.random_phase
+
+
+@dataclass
 class QuadrotorTaskConfig:
     """A quadrotor task: what the reference is, how episodes start and end, the reward.
 
     The reference position is ``hover_position`` (world FLU, m) for ``hover``; a waypoint
     drawn uniformly in a cube of half-width ``waypoint_range`` around it for ``waypoint``;
     for ``figure_eight`` the lemniscate ``x = A sin(wt), y = A/2 sin(2wt)`` around it with
-    ``A = figure_eight_amplitude`` and ``w = 2 pi / figure_eight_period``.
+    ``A = figure_eight_amplitude`` and ``w = 2 pi / figure_eight_period`` (or, per episode, drawn by
+    ``figure_eight_randomization``).
     ``action_history`` appends that many older actions (4 floats each, newest first, before the
     previous action's step) to the 22-float observation: motors lag, so an actor needs them to
     know what its motors are doing (as in Learning to Fly in Seconds).
@@ -96,6 +123,7 @@ class QuadrotorTaskConfig:
     waypoint_range: float = 0.5
     figure_eight_amplitude: float = 1.0
     figure_eight_period: float = 6.0
+    figure_eight_randomization: FigureEightRandomization = field(default_factory=FigureEightRandomization)
     action_history: int = 0
     init: InitConfig = field(default_factory=InitConfig)
     termination: TerminationConfig = field(default_factory=TerminationConfig)
@@ -128,6 +156,7 @@ def _from_dict(cls, d: dict, path: str = ""):
                          f"known: {sorted(known)}")
     kwargs = {}
     for k, v in d.items():
-        sub = {"init": InitConfig, "termination": TerminationConfig, "reward": RewardConfig}.get(k)
+        sub = {"init": InitConfig, "termination": TerminationConfig, "reward": RewardConfig,
+               "figure_eight_randomization": FigureEightRandomization}.get(k)
         kwargs[k] = _from_dict(sub, dict(v), f"{path}{k}.") if sub and cls is QuadrotorTaskConfig else v
     return cls(**kwargs)

@@ -79,6 +79,10 @@ class BatchedQuadrotorTask:
         self.max_steps = int(round(config.episode_seconds / dt))
         self.steps = torch.zeros(B, dtype=torch.long)
         self.origin = torch.tensor(config.hover_position, **f).expand(B, 3).clone()  # (B, 3) hover point / waypoint
+        # figure-eight shape of each env: amplitude (m), angular rate (rad/s), start phase (rad)
+        self.amplitude = torch.full((B,), config.figure_eight_amplitude, **f)
+        self.omega = torch.full((B,), 2 * math.pi / config.figure_eight_period, **f)
+        self.phase = torch.zeros(B, **f)
         self.previous_action = torch.zeros(B, 4, **f)
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
         self.levels = torch.full((B,), -1, dtype=torch.long)  # curriculum level of each env, -1: none
@@ -110,12 +114,23 @@ class BatchedQuadrotorTask:
         t = self.sim.time if t is None else t
         if self.config.name != "figure_eight":
             return self.origin, torch.zeros_like(self.origin)
-        A, w = self.config.figure_eight_amplitude, 2 * math.pi / self.config.figure_eight_period
-        wt = w * t
-        zero = torch.zeros_like(t)
+        A, w = self.amplitude, self.omega
+        wt = w * t + self.phase
+        zero = torch.zeros_like(wt)
         pos = torch.stack([A * torch.sin(wt), 0.5 * A * torch.sin(2 * wt), zero], -1)
         vel = torch.stack([A * w * torch.cos(wt), A * w * torch.cos(2 * wt), zero], -1)
         return self.origin + pos, vel
+
+    def _draw_figure_eight(self, idx: torch.Tensor) -> None:
+        """Draw the figure-eight shapes of envs ``idx`` (config.figure_eight_randomization)."""
+        r, n, rng = self.config.figure_eight_randomization, len(idx), self.rng
+        f = dict(dtype=self.amplitude.dtype)
+        if r.amplitude is not None:
+            self.amplitude[idx] = torch.as_tensor(rng.uniform(*r.amplitude, n), **f)
+        if r.period is not None:
+            self.omega[idx] = 2 * math.pi / torch.as_tensor(rng.uniform(*r.period, n), **f)
+        if r.random_phase:
+            self.phase[idx] = torch.as_tensor(rng.uniform(0, 2 * math.pi, n), **f)
 
     def observe(self) -> torch.Tensor:
         """(B, obs_dim): the 22 deployable floats, the action history, then privileged features."""
@@ -146,16 +161,20 @@ class BatchedQuadrotorTask:
         if cfg.name == "waypoint":
             offset = rng.uniform(-cfg.waypoint_range, cfg.waypoint_range, (n, 3))
             self.origin[idx] = hover + torch.as_tensor(offset, **f)
+        start = hover.expand(n, 3)
+        if cfg.name == "figure_eight" and cfg.figure_eight_randomization.enabled:
+            self._draw_figure_eight(idx)
+            start = self.reference(torch.zeros(self.num_envs, **f))[0][idx]  # a random phase starts off the hover point
         s = torch.zeros(n, STATE_DIM, **f)
-        # Episodes start around the hover point; for waypoints the target is elsewhere.
-        s[:, POS] = hover + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
+        # Episodes start around the reference at t = 0; for waypoints the target is elsewhere.
+        s[:, POS] = start + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
         g = torch.Generator().manual_seed(int(rng.integers(2**62)))
         s[:, QUAT] = random_quat_within(math.radians(cfg.init.angle_deg), n, g, dtype=s.dtype)
         s[:, VEL] = torch.as_tensor(_uniform_ball(n, cfg.init.velocity, rng), **f)
         s[:, OMEGA] = torch.as_tensor(_uniform_ball(n, cfg.init.angular_velocity, rng), **f)
         if cfg.init.guidance > 0:  # a fraction of episodes starts exactly at the reference, level, at rest
             at_goal = torch.as_tensor(rng.uniform(size=n) < cfg.init.guidance)
-            s[at_goal, POS] = hover
+            s[at_goal, POS] = start[at_goal]
             s[at_goal, QUAT] = torch.tensor([1.0, 0.0, 0.0, 0.0], **f)
             s[at_goal, VEL.start:OMEGA.stop] = 0.0
         hover_cmd = p.hover_command()[idx]

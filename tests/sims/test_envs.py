@@ -109,6 +109,33 @@ def test_figure_eight_reference_passes_its_extremes():
     np.testing.assert_allclose(np.gradient(pos[:, 0].numpy(), 0.01), vel[:, 0].numpy(), atol=1e-2)
 
 
+def test_randomized_figure_eights_draw_a_shape_per_episode_and_start_on_it():
+    cfg = make_task_config("figure_eight", init={"position_radius": 0.0},
+                           figure_eight_randomization={"amplitude": [0.5, 1.5], "period": [4.0, 10.0],
+                                                       "random_phase": True})
+    venv = QuadrotorVectorEnv(256, cfg)
+    obs, _ = venv.reset(seed=0)
+    core = venv.core
+    period = 2 * np.pi / core.omega.numpy()
+    assert 0.5 <= core.amplitude.min() and core.amplitude.max() <= 1.5 and core.amplitude.std() > 0.2
+    assert 4.0 <= period.min() and period.max() <= 10.0 and core.phase.std() > 1.0
+    # every episode starts on its own reference (radius 0), most of them off the hover point
+    np.testing.assert_allclose(obs[:, OBS_SLICES["position_error"]], 0.0, atol=1e-5)
+    assert (np.linalg.norm(core.state[:, :2].numpy(), axis=1) > 0.1).mean() > 0.5
+    # the velocity is still the derivative of the position, env by env
+    t = torch.full((256,), 1.3)
+    dp = (core.reference(t + 1e-3)[0] - core.reference(t - 1e-3)[0]) / 2e-3
+    np.testing.assert_allclose(dp.numpy(), core.reference(t)[1].numpy(), atol=2e-3)
+    # a reset redraws only the envs reset
+    before = core.amplitude.clone()
+    mask = torch.zeros(256, dtype=torch.bool)
+    mask[:8] = True
+    core.reset(mask)
+    assert torch.equal(core.amplitude[8:], before[8:]) and not torch.equal(core.amplitude[:8], before[:8])
+    with pytest.raises(ValueError, match="figure_eight_randomization.period"):
+        make_task_config("figure_eight", figure_eight_randomization={"period": [0.0, 5.0]})
+
+
 def test_bad_task_config_is_rejected_by_name():
     with pytest.raises(ValueError, match="unknown task 'loop'"):
         make_task_config("loop")
