@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=50_000, help="teacher evaluations (the best one is kept)")
     ap.add_argument("--teacher-overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="Hydra overrides of configs/train.yaml for the teachers, e.g. task.init.velocity=1.5")
+    ap.add_argument("--teacher-init-from", metavar="RUN_DIR",
+                    help="start each teacher from this run's teacher for the same quadrotor (same --teachers, --seed)")
     ap.add_argument("--counts", type=int, nargs="+", default=[2, 4], help="teachers per GRU student")
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--address", default=None, help="'auto' to join a running Ray cluster")
@@ -72,7 +74,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = FoundationRunConfig.from_dict({
         "teachers": args.teachers, "seed": args.seed,
-        "teacher": {"overrides": args.teacher_overrides, "total_steps": args.steps,
+        "teacher": {"overrides": args.teacher_overrides, "init_from": args.teacher_init_from, "total_steps": args.steps,
                     "eval_every": min(args.eval_every, args.steps),
                     "checkpoint_every": max(args.steps // 2, 1),
                     "eval_envs": 32, "trim": args.trim},

@@ -31,7 +31,9 @@ class TeacherConfig:
     """One RL run per quadrotor: ``configs/train.yaml`` with ``overrides`` (Hydra syntax, e.g.
     ``["algo=td3", "curriculum=l2f"]``), the robot replaced by the sampled quadrotor. ``trim``: before
     distillation, remove each teacher's steady-state hover offset on its own quadrotor
-    (``robo.foundation.trim``)."""
+    (``robo.foundation.trim``). ``init_from``: another foundation run folder with the same quadrotors
+    (same ``teachers``, ``seed`` and ``randomization``); each teacher starts from the networks of that
+    run's teacher for its quadrotor (e.g. hover teachers fine-tuned on moving references)."""
 
     overrides: list[str] = field(default_factory=list)
     total_steps: int = 300_000
@@ -39,6 +41,7 @@ class TeacherConfig:
     checkpoint_every: int = 50_000
     eval_envs: int = 64
     trim: bool = True
+    init_from: str | None = None
 
 
 @dataclass

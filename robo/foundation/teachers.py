@@ -71,7 +71,22 @@ def teacher_specs(cfg: FoundationRunConfig, run_dir: Path) -> list[dict]:
         c["seed"] = int(cfg.seed) * 1000 + i
         c["threads"] = 1
         specs.append({"index": i, "dir": str(Path(run_dir).resolve() / "teachers" / f"{i:04d}"), "config": c})
+    if t.init_from:
+        _start_from_teachers(specs, Path(t.init_from))
     return specs
+
+
+def _start_from_teachers(specs: list[dict], run: Path) -> None:
+    """Point each spec's ``init_from`` at ``run``'s teacher for the same quadrotor (its ``checkpoints/latest``)."""
+    from robo.rl.trainer import LATEST
+
+    earlier = {t["index"]: t for t in Manifest.load(run / MANIFEST).teachers}
+    for s in specs:
+        t = earlier.get(s["index"])
+        if t is None or t["robot"] != s["config"]["robot"]:
+            raise ValueError(f"teacher.init_from: {run} has no teacher {s['index']} for the same quadrotor (its "
+                             f"teachers, seed and randomization must match this run's)")
+        s["config"]["init_from"] = str(Path(t["dir"]) / "checkpoints" / LATEST)
 
 
 def train_teacher(spec: dict) -> dict:

@@ -88,6 +88,25 @@ def init_actor_at_hover(model, hover_action: float) -> None:
         p.action_net.bias.data.fill_(hover_action)
 
 
+def load_weights(model, checkpoint: Path) -> None:
+    """Start ``model`` from the networks, optimizers and entropy coefficient of another run's
+    checkpoint folder (``checkpoints/latest``, holding ``sb3.zip``), e.g. a hover teacher to be
+    fine-tuned on a moving reference; its replay buffer and step count are not carried over."""
+    from stable_baselines3.common.save_util import load_from_zip_file, recursive_setattr
+
+    path = Path(checkpoint) / "sb3.zip"
+    if not path.exists():
+        raise FileNotFoundError(f"init_from: no sb3.zip in {checkpoint} (give a run's checkpoints/latest folder)")
+    try:
+        model.set_parameters(str(path), exact_match=True)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"init_from: {path} does not fit this run's networks (algo, sizes or observation): {e}") from e
+    _, _, variables = load_from_zip_file(str(path))
+    for name, value in (variables or {}).items():  # SAC's log_ent_coef: set_parameters leaves it at its start
+        if value is not None:
+            recursive_setattr(model, f"{name}.data", value.data)
+
+
 class Trainer:
     """One training run in ``run_dir`` from a resolved config dict ``c`` (see configs/train.yaml)."""
 
@@ -247,6 +266,9 @@ class Trainer:
             log.info("resumed from %s at env step %d", latest, start)
         else:
             self.model = self._build_model()
+            if self.c.get("init_from"):
+                load_weights(self.model, Path(self.c["init_from"]))
+                log.info("networks initialized from %s", self.c["init_from"])
         if self.actor_average is not None:
             self.actor_average.attach(self.model)
         if self.curriculum is not None:  # the values in force from the first step on

@@ -79,7 +79,7 @@ class BatchedQuadrotorTask:
         self.max_steps = int(round(config.episode_seconds / dt))
         self.steps = torch.zeros(B, dtype=torch.long)
         self.origin = torch.tensor(config.hover_position, **f).expand(B, 3).clone()  # (B, 3) hover point / waypoint
-        # figure-eight shape of each env: amplitude (m), angular rate (rad/s), start phase (rad)
+        # per-episode figure-eight shapes (config.figure_eight_randomization): amplitude (m), rate (rad/s), phase (rad)
         self.amplitude = torch.full((B,), config.figure_eight_amplitude, **f)
         self.omega = torch.full((B,), 2 * math.pi / config.figure_eight_period, **f)
         self.phase = torch.zeros(B, **f)
@@ -114,8 +114,12 @@ class BatchedQuadrotorTask:
         t = self.sim.time if t is None else t
         if self.config.name != "figure_eight":
             return self.origin, torch.zeros_like(self.origin)
-        A, w = self.amplitude, self.omega
-        wt = w * t + self.phase
+        cfg = self.config
+        if cfg.figure_eight_randomization.enabled:
+            A, w, phase = self.amplitude, self.omega, self.phase
+        else:  # the config's values, which a curriculum may change between steps
+            A, w, phase = cfg.figure_eight_amplitude, 2 * math.pi / cfg.figure_eight_period, 0.0
+        wt = w * t + phase
         zero = torch.zeros_like(wt)
         pos = torch.stack([A * torch.sin(wt), 0.5 * A * torch.sin(2 * wt), zero], -1)
         vel = torch.stack([A * w * torch.cos(wt), A * w * torch.cos(2 * wt), zero], -1)
@@ -123,14 +127,15 @@ class BatchedQuadrotorTask:
 
     def _draw_figure_eight(self, idx: torch.Tensor) -> None:
         """Draw the figure-eight shapes of envs ``idx`` (config.figure_eight_randomization)."""
-        r, n, rng = self.config.figure_eight_randomization, len(idx), self.rng
+        cfg, n, rng = self.config, len(idx), self.rng
+        r = cfg.figure_eight_randomization
+        amplitude = rng.uniform(*r.amplitude, n) if r.amplitude else np.full(n, cfg.figure_eight_amplitude)
+        period = rng.uniform(*r.period, n) if r.period else np.full(n, cfg.figure_eight_period)
+        phase = rng.uniform(0, 2 * math.pi, n) if r.random_phase else np.zeros(n)
         f = dict(dtype=self.amplitude.dtype)
-        if r.amplitude is not None:
-            self.amplitude[idx] = torch.as_tensor(rng.uniform(*r.amplitude, n), **f)
-        if r.period is not None:
-            self.omega[idx] = 2 * math.pi / torch.as_tensor(rng.uniform(*r.period, n), **f)
-        if r.random_phase:
-            self.phase[idx] = torch.as_tensor(rng.uniform(0, 2 * math.pi, n), **f)
+        self.amplitude[idx] = torch.as_tensor(amplitude, **f)
+        self.omega[idx] = torch.as_tensor(2 * math.pi / period, **f)
+        self.phase[idx] = torch.as_tensor(phase, **f)
 
     def observe(self) -> torch.Tensor:
         """(B, obs_dim): the 22 deployable floats, the action history, then privileged features."""

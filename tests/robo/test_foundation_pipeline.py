@@ -376,3 +376,17 @@ def test_teachers_of_several_runs_pool_by_mass(tmp_path):
         Manifest.load(tmp_path / "c" / "manifest.json")
     with pytest.raises(ValueError, match="asked for 5 teachers, 4 are done"):
         load_teachers(pool, 5)
+
+
+def test_teachers_start_from_another_run_s_teachers_of_the_same_quadrotors(tmp_path):
+    """``teacher.init_from``: teacher i starts from the other run's teacher i, which must fly the same quadrotor."""
+    hover = FoundationRunConfig.from_dict({"teachers": 3, "seed": 0})
+    Manifest.open(tmp_path / "hover" / "manifest.json", teacher_specs(hover, tmp_path / "hover"))
+    tuned = FoundationRunConfig.from_dict({"teachers": 3, "seed": 0,
+                                           "teacher": {"init_from": str(tmp_path / "hover")}})
+    specs = teacher_specs(tuned, tmp_path / "tuned")
+    assert [s["config"]["init_from"] for s in specs] == [
+        str((tmp_path / "hover" / "teachers" / f"{i:04d}" / "checkpoints" / "latest").resolve()) for i in range(3)]
+    other = FoundationRunConfig.from_dict({"teachers": 3, "seed": 1, "teacher": {"init_from": str(tmp_path / "hover")}})
+    with pytest.raises(ValueError, match="has no teacher 0 for the same quadrotor"):
+        teacher_specs(other, tmp_path / "other")

@@ -81,6 +81,24 @@ def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):
     assert final["step"] == 800 and [h["step"] for h in second.history][:2] == [h["step"] for h in first.history][:2]
 
 
+def test_init_from_starts_a_new_run_from_another_runs_networks_without_its_buffer(tmp_path):
+    hover = Trainer(train_config(tmp_path / "hover"), tmp_path / "hover")
+    hover.train(progress=False)
+    latest = tmp_path / "hover" / "checkpoints" / "latest"
+    c = train_config(tmp_path / "fig8", total_steps=0, task="figure_eight", init_from=str(latest))
+    tuned = Trainer(c, tmp_path / "fig8")
+    tuned.train(progress=False)
+    obs = np.random.default_rng(0).normal(size=(8, 22)).astype(np.float32)
+    np.testing.assert_allclose(tuned.policy().act(obs), hover.policy().act(obs), atol=1e-6)
+    assert torch.equal(tuned.model.log_ent_coef, hover.model.log_ent_coef) and hover.model.log_ent_coef.item() != 0.0
+    assert tuned.model.replay_buffer.size() == 0 and tuned.model.num_timesteps == 0
+    with pytest.raises(FileNotFoundError, match="init_from: no sb3.zip"):
+        Trainer(train_config(tmp_path / "x", init_from=str(tmp_path)), tmp_path / "x").train(progress=False)
+    with pytest.raises(ValueError, match="init_from: .* does not fit"):
+        Trainer(train_config(tmp_path / "y", init_from=str(latest), **{"task.action_history": 2}),
+                tmp_path / "y").train(progress=False)
+
+
 def test_resume_with_a_different_config_is_refused(tmp_path):
     from robo.run_dir import write_resolved_config
 
