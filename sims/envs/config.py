@@ -81,14 +81,20 @@ class TerminationConfig:
 class FigureEightRandomization:
     """Per-episode figure-eight shapes (``figure_eight`` task): each reset draws an amplitude
     uniformly in ``amplitude`` (m) and a period uniformly in ``period`` (s) where given (null: the
-    task's fixed value), and with ``random_phase`` a start phase uniform in [0, 2 pi). Episodes start
-    around the reference's position at t = 0, so a random phase does not start them off the path."""
+    task's fixed value), and with ``random_phase`` a start phase uniform in [0, 2 pi). A fraction
+    ``hover_fraction`` of the episodes gets amplitude 0 instead: a still reference, so a policy tuned on
+    figure-eights keeps practising hover. Episodes start around the reference's position at t = 0, so a
+    random phase does not start them off the path."""
 
     amplitude: tuple[float, float] | None = None
     period: tuple[float, float] | None = None
     random_phase: bool = False
+    hover_fraction: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.hover_fraction <= 1.0:
+            raise ValueError(f"figure_eight_randomization.hover_fraction is a fraction of episodes, got "
+                             f"{self.hover_fraction}; use a value in [0, 1]")
         for name in ("amplitude", "period"):
             r = getattr(self, name)
             if r is None:
@@ -100,7 +106,7 @@ class FigureEightRandomization:
 
     @property
     def enabled(self) -> bool:
-        return self.amplitude is not None or self.period is not None or self.random_phase
+        return self.amplitude is not None or self.period is not None or self.random_phase or self.hover_fraction > 0
 
 
 @dataclass

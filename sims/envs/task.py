@@ -132,6 +132,8 @@ class BatchedQuadrotorTask:
         amplitude = rng.uniform(*r.amplitude, n) if r.amplitude else np.full(n, cfg.figure_eight_amplitude)
         period = rng.uniform(*r.period, n) if r.period else np.full(n, cfg.figure_eight_period)
         phase = rng.uniform(0, 2 * math.pi, n) if r.random_phase else np.zeros(n)
+        if r.hover_fraction > 0:
+            amplitude = np.where(rng.uniform(size=n) < r.hover_fraction, 0.0, amplitude)
         f = dict(dtype=self.amplitude.dtype)
         self.amplitude[idx] = torch.as_tensor(amplitude, **f)
         self.omega[idx] = torch.as_tensor(2 * math.pi / period, **f)

@@ -134,6 +134,12 @@ def test_randomized_figure_eights_draw_a_shape_per_episode_and_start_on_it():
     assert torch.equal(core.amplitude[8:], before[8:]) and not torch.equal(core.amplitude[:8], before[:8])
     with pytest.raises(ValueError, match="figure_eight_randomization.period"):
         make_task_config("figure_eight", figure_eight_randomization={"period": [0.0, 5.0]})
+    with pytest.raises(ValueError, match="hover_fraction is a fraction"):
+        make_task_config("figure_eight", figure_eight_randomization={"hover_fraction": 2.0})
+    half = QuadrotorVectorEnv(1000, make_task_config("figure_eight", figure_eight_randomization={
+        "amplitude": [0.5, 1.5], "hover_fraction": 0.3}))
+    half.reset(seed=1)
+    assert 0.25 < (half.core.amplitude == 0).float().mean() < 0.35 and half.core.amplitude.max() > 1.4
 
 
 def test_bad_task_config_is_rejected_by_name():
