@@ -42,6 +42,10 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=50_000, help="teacher evaluations (the best one is kept)")
     ap.add_argument("--teacher-overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="Hydra overrides of configs/train.yaml for the teachers, e.g. task.init.velocity=1.5")
+    ap.add_argument("--finetune-steps", type=int, default=0,
+                    help="a second RL stage per teacher from its first stage's networks (0: none)")
+    ap.add_argument("--finetune-overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="Hydra overrides of configs/train.yaml for the second stage, e.g. task=figure_eight")
     ap.add_argument("--teacher-init-from", metavar="RUN_DIR",
                     help="start each teacher from this run's teacher for the same quadrotor (same --teachers, --seed)")
     ap.add_argument("--counts", type=int, nargs="+", default=[2, 4], help="teachers per GRU student")
@@ -75,6 +79,7 @@ def main() -> None:
     cfg = FoundationRunConfig.from_dict({
         "teachers": args.teachers, "seed": args.seed,
         "teacher": {"overrides": args.teacher_overrides, "init_from": args.teacher_init_from, "total_steps": args.steps,
+                    "finetune_steps": args.finetune_steps, "finetune_overrides": args.finetune_overrides,
                     "eval_every": min(args.eval_every, args.steps),
                     "checkpoint_every": max(args.steps // 2, 1),
                     "eval_envs": 32, "trim": args.trim},

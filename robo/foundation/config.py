@@ -33,7 +33,11 @@ class TeacherConfig:
     distillation, remove each teacher's steady-state hover offset on its own quadrotor
     (``robo.foundation.trim``). ``init_from``: another foundation run folder with the same quadrotors
     (same ``teachers``, ``seed`` and ``randomization``); each teacher starts from the networks of that
-    run's teacher for its quadrotor (e.g. hover teachers fine-tuned on moving references)."""
+    run's teacher for its quadrotor (e.g. hover teachers fine-tuned on moving references).
+    ``finetune_steps`` > 0 adds a second RL stage to every teacher: ``finetune_steps`` more env steps on
+    ``configs/train.yaml`` with ``finetune_overrides``, started from the first stage's networks (in
+    ``teachers/<i>/finetune``); the teacher is then the second stage's best actor. DAgger still flies the
+    first stage's task."""
 
     overrides: list[str] = field(default_factory=list)
     total_steps: int = 300_000
@@ -42,6 +46,8 @@ class TeacherConfig:
     eval_envs: int = 64
     trim: bool = True
     init_from: str | None = None
+    finetune_overrides: list[str] = field(default_factory=list)
+    finetune_steps: int = 0
 
 
 @dataclass

@@ -390,3 +390,21 @@ def test_teachers_start_from_another_run_s_teachers_of_the_same_quadrotors(tmp_p
     other = FoundationRunConfig.from_dict({"teachers": 3, "seed": 1, "teacher": {"init_from": str(tmp_path / "hover")}})
     with pytest.raises(ValueError, match="has no teacher 0 for the same quadrotor"):
         teacher_specs(other, tmp_path / "other")
+
+
+def test_a_finetune_stage_continues_each_teacher_on_its_own_task(tmp_path):
+    """``teacher.finetune_steps``: a second RL run per teacher, from the first's networks, on its own
+    overrides (here a randomized figure-eight); the teacher is the second stage's best actor."""
+    cfg = tiny_config(teachers=1, steps=400, teacher={
+        "finetune_steps": 400, "eval_every": 200, "checkpoint_every": 200, "finetune_overrides": [
+            "task=figure_eight", "task.figure_eight_randomization.amplitude=[0.5,1.0]", "num_envs=4"]})
+    spec = teacher_specs(cfg, tmp_path)[0]
+    assert spec["config"]["task"]["name"] == "hover" and spec["finetune"]["task"]["name"] == "figure_eight"
+    assert spec["finetune"]["robot"] == spec["config"]["robot"] and spec["finetune"]["total_steps"] == 400
+    result = train_teacher(spec)
+    stage2 = Path(spec["dir"]) / "finetune"
+    assert Path(result["checkpoint"]).is_relative_to(stage2)
+    assert isinstance(load_policy(result["checkpoint"]), MLPPolicy)
+    history = json.loads((stage2 / "eval_history.json").read_text())
+    assert history[-1]["step"] == 400 and result["score"] == pytest.approx(
+        min(history, key=evaluation_key), rel=1e-6)
