@@ -58,7 +58,8 @@ def train_config(overrides: list[str]) -> dict:
 
 
 def teacher_specs(cfg: FoundationRunConfig, run_dir: Path) -> list[dict]:
-    """One JSON-able spec per teacher: index, folder, quadrotor (robot entry) and the full train config."""
+    """One JSON-able spec per teacher: index, folder and the full train config (``config``, the sampled
+    quadrotor as its robot entry), plus ``finetune``, the second stage's config, when ``finetune_steps`` > 0."""
     t = cfg.teacher
 
     def stage(overrides: list[str], steps: int) -> dict:

@@ -241,9 +241,7 @@ class Trainer:
         if self.actor_average is not None:
             self.actor_average.attach(self.model)
             self.actor_average.actor.load_state_dict(load_file(path / AVERAGE_FILE))
-        if isinstance(self.sb3_env, VecNormalize):
-            stats = VecNormalize.load(str(path / "vec_normalize.pkl"), self.sb3_env.venv)
-            self.sb3_env.obs_rms = stats.obs_rms
+        self._load_observation_stats(path)
         state = json.loads((path / "state.json").read_text())
         self.history = state["history"]
         best = self.ckpt_dir / BEST / "metrics.json"  # may be newer than this checkpoint
@@ -255,6 +253,12 @@ class Trainer:
             self.level_sampler.replay.load_state_dict(state["level_replay"])
         _restore_task_state(self.venv, state["task_config"])
         return int(state["step"])
+
+    def _load_observation_stats(self, path: Path) -> None:
+        """With ``algo.normalize_observations``, the running observation statistics saved in ``path``."""
+        if isinstance(self.sb3_env, VecNormalize):
+            stats = VecNormalize.load(str(path / "vec_normalize.pkl"), self.sb3_env.venv)
+            self.sb3_env.obs_rms = stats.obs_rms
 
     # Run -----------------------------------------------------------------------
     def train(self, resume: bool = False, progress: bool = True) -> dict:
@@ -268,6 +272,7 @@ class Trainer:
             self.model = self._build_model()
             if self.c.get("init_from"):
                 load_weights(self.model, Path(self.c["init_from"]))
+                self._load_observation_stats(Path(self.c["init_from"]))  # the networks' input scaling
                 log.info("networks initialized from %s", self.c["init_from"])
         if self.actor_average is not None:
             self.actor_average.attach(self.model)

@@ -81,11 +81,13 @@ def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):
     assert final["step"] == 800 and [h["step"] for h in second.history][:2] == [h["step"] for h in first.history][:2]
 
 
-def test_init_from_starts_a_new_run_from_another_runs_networks_without_its_buffer(tmp_path):
-    hover = Trainer(train_config(tmp_path / "hover"), tmp_path / "hover")
+@pytest.mark.parametrize("normalize", ["false", "true"])
+def test_init_from_starts_a_new_run_from_another_runs_networks_without_its_buffer(tmp_path, normalize):
+    norm = {"algo.normalize_observations": normalize}
+    hover = Trainer(train_config(tmp_path / "hover", **norm), tmp_path / "hover")
     hover.train(progress=False)
     latest = tmp_path / "hover" / "checkpoints" / "latest"
-    c = train_config(tmp_path / "fig8", total_steps=0, task="figure_eight", init_from=str(latest))
+    c = train_config(tmp_path / "fig8", total_steps=0, task="figure_eight", init_from=str(latest), **norm)
     tuned = Trainer(c, tmp_path / "fig8")
     tuned.train(progress=False)
     obs = np.random.default_rng(0).normal(size=(8, 22)).astype(np.float32)
