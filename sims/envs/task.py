@@ -39,6 +39,16 @@ def _uniform_ball(n: int, radius: float, rng: np.random.Generator) -> np.ndarray
     return d * radius * rng.uniform(size=(n, 1)) ** (1.0 / 3.0)
 
 
+def _figure_eight(A: torch.Tensor | float, w: torch.Tensor | float,
+                  wt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Offset (B, 3) from the centre, m, and velocity (B, 3), m/s, of the lemniscate
+    ``x = A sin(wt), y = A/2 sin(2wt)`` at phases ``wt`` (B,) rad; A in m, w in rad/s."""
+    zero = torch.zeros_like(wt)
+    pos = torch.stack([A * torch.sin(wt), 0.5 * A * torch.sin(2 * wt), zero], -1)
+    vel = torch.stack([A * w * torch.cos(wt), A * w * torch.cos(2 * wt), zero], -1)
+    return pos, vel
+
+
 def quadrotor_reward(e_p: torch.Tensor, q_w: torch.Tensor, e_v: torch.Tensor, w: torch.Tensor,
                      action: torch.Tensor, hover_action: torch.Tensor, r: RewardConfig,
                      previous_action: torch.Tensor | None = None) -> torch.Tensor:
@@ -119,10 +129,7 @@ class BatchedQuadrotorTask:
             A, w, phase = self.amplitude, self.omega, self.phase
         else:  # the config's values, which a curriculum may change between steps
             A, w, phase = cfg.figure_eight_amplitude, 2 * math.pi / cfg.figure_eight_period, 0.0
-        wt = w * t + phase
-        zero = torch.zeros_like(wt)
-        pos = torch.stack([A * torch.sin(wt), 0.5 * A * torch.sin(2 * wt), zero], -1)
-        vel = torch.stack([A * w * torch.cos(wt), A * w * torch.cos(2 * wt), zero], -1)
+        pos, vel = _figure_eight(A, w, w * t + phase)
         return self.origin + pos, vel
 
     def _draw_figure_eight(self, idx: torch.Tensor) -> None:
@@ -171,7 +178,8 @@ class BatchedQuadrotorTask:
         start = hover.expand(n, 3)
         if cfg.name == "figure_eight" and cfg.figure_eight_randomization.enabled:
             self._draw_figure_eight(idx)
-            start = self.reference(torch.zeros(self.num_envs, **f))[0][idx]  # a random phase starts off the hover point
+            # the reference at t = 0: a random phase starts off the hover point
+            start = self.origin[idx] + _figure_eight(self.amplitude[idx], self.omega[idx], self.phase[idx])[0]
         s = torch.zeros(n, STATE_DIM, **f)
         # Episodes start around the reference at t = 0; for waypoints the target is elsewhere.
         s[:, POS] = start + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
