@@ -97,11 +97,11 @@ def load_weights(model, checkpoint: Path) -> None:
     path = Path(checkpoint) / "sb3.zip"
     if not path.exists():
         raise FileNotFoundError(f"init_from: no sb3.zip in {checkpoint} (give a run's checkpoints/latest folder)")
+    _, params, variables = load_from_zip_file(str(path), load_data=False)
     try:
-        model.set_parameters(str(path), exact_match=True)
+        model.set_parameters(params, exact_match=True)
     except (RuntimeError, ValueError) as e:
         raise ValueError(f"init_from: {path} does not fit this run's networks (algo, sizes or observation): {e}") from e
-    _, _, variables = load_from_zip_file(str(path))
     for name, value in (variables or {}).items():  # SAC's log_ent_coef: set_parameters leaves it at its start
         if value is not None:
             recursive_setattr(model, f"{name}.data", value.data)
