@@ -287,7 +287,8 @@ class Trainer:
                 self.model.learn(total - start, callback=callbacks, reset_num_timesteps=False, progress_bar=False)
         except DivergenceError as e:
             raise DivergenceError(f"training diverged: {e}. Last good checkpoint: {latest}") from e
-        self.save_checkpoint(self.model.num_timesteps)
+        if self.model.num_timesteps > start or start == 0:  # a finished run resumed: its checkpoint is already this
+            self.save_checkpoint(self.model.num_timesteps)
         final = {"step": self.model.num_timesteps, **self.evaluate()}
         if not self.history or self.history[-1]["step"] != final["step"]:
             self.history.append(final)

@@ -79,6 +79,10 @@ def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):
     final = second.train(resume=True, progress=False)
     assert second.model.replay_buffer.size() > buffer_size  # the old transitions came back
     assert final["step"] == 800 and [h["step"] for h in second.history][:2] == [h["step"] for h in first.history][:2]
+    # resuming a finished run evaluates it again but leaves its checkpoint (and 300 MB buffers) alone
+    written = (latest / "replay_buffer.pkl").stat().st_mtime_ns
+    again = Trainer(c2, tmp_path).train(resume=True, progress=False)
+    assert again["step"] == 800 and (latest / "replay_buffer.pkl").stat().st_mtime_ns == written
 
 
 @pytest.mark.parametrize("normalize", ["false", "true"])
