@@ -160,19 +160,24 @@ def test_cli_rejects_mismatched_task_and_policy(tmp_path):
     assert r.returncode != 0 and "choose an imitation task" in r.stderr
 
 
-def test_pusht_diffusion_replans_every_two_actions_unless_told_otherwise():
+def test_pusht_policy_presets_set_their_chunk_and_execution_horizon():
     from hydra import compose, initialize_config_module
 
-    def n_act(*overrides):
+    def policy_cfg(*overrides):
         with initialize_config_module("robo.configs", version_base="1.3"):
-            cfg = compose("train", overrides=list(overrides))
-        return cfg.policy.n_action_steps
+            return compose("train", overrides=list(overrides)).policy
+
+    def n_act(*overrides):
+        return policy_cfg(*overrides).n_action_steps
 
     assert n_act("policy=diffusion", "task=pusht") == 2  # configs/task_policy/pusht_diffusion.yaml
     assert n_act("policy=diffusion", "task=pusht", "policy.n_action_steps=4") == 4  # the command line wins
     assert n_act("policy=diffusion", "task=obstacle_reach") == 8 and n_act("policy=energy", "task=obstacle_reach") == 8
     assert n_act("policy=energy", "task=pusht") == 2  # pusht_energy.yaml: energy score, 8-action chunks
     assert n_act("policy=diffusion", "task=pusht_image") == 2  # pusht_image_diffusion.yaml includes it
+    # the DSRL-shaped preset: a 4-action chunk executed whole from the last observation (no task specialization)
+    mlp = policy_cfg("policy=diffusion_mlp", "task=pusht")
+    assert (mlp.kind, mlp.denoiser, mlp.n_obs_steps, mlp.horizon, mlp.n_action_steps) == ("diffusion", "mlp", 1, 4, 4)
 
 
 def test_image_pusht_policy_runs_in_the_pixel_env():
