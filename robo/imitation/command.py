@@ -21,7 +21,8 @@ from .sources import load_episodes, make_imitation_policy
 from .trainer import ImitationTrainer, TrainConfig
 
 log = logging.getLogger(__name__)
-RESUMABLE_CHANGES = {"resume", "threads", "policy.train.steps", "task.eval.episodes", "video"}
+RESUMABLE_CHANGES = {"resume", "threads", "policy.train.steps", "policy.train.keep_every", "task.eval.episodes",
+                     "video"}
 
 
 def is_imitation(cfg: DictConfig) -> bool:

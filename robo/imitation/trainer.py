@@ -4,7 +4,8 @@ AdamW + warm-up/cosine LR (diffusers' ``get_scheduler``), gradient clipping, an 
 each step when the policy has ``update_ema``, a tqdm bar with the loss, TensorBoard scalars and a
 CSV log, periodic evaluation, and atomic checkpoints in ``checkpoints/latest``:
 ``policy/`` (the deployable policy, ``policy.save``) and ``training_state.pt`` (trained weights,
-EMA, optimizer, LR scheduler, step, RNG states, evaluation history). ``train(resume=True)``
+EMA, optimizer, LR scheduler, step, RNG states, evaluation history); with ``keep_every`` = N also the
+policy of every N-th step in ``checkpoints/step_<N>/policy``. ``train(resume=True)``
 continues from it bit-for-bit; a NaN/inf loss stops training with ``TrainingDiverged`` and
 leaves the last good checkpoint in place.
 """
@@ -52,6 +53,7 @@ class TrainConfig:
     log_every: int = 100
     eval_every: int = 0  # steps; 0: only when train() ends
     checkpoint_every: int = 1000
+    keep_every: int = 0  # steps; > 0 also keeps checkpoints/step_<N>/policy (e.g. a weaker base for DSRL)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -59,6 +61,8 @@ class TrainConfig:
         for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.keep_every) < 0:
+            raise ValueError(f"train.keep_every must be >= 0 (0: keep none), got {self.keep_every}")
         if not self.lr > 0:
             raise ValueError(f"train.lr must be > 0, got {self.lr}")
 
@@ -108,6 +112,13 @@ class ImitationTrainer:
             self.policy.save(tmp / "policy")
             torch.save(state, tmp / STATE)
         return self.latest
+
+    def keep_policy(self) -> Path:
+        """Keep the deployable policy of this step in ``checkpoints/step_<step>/policy`` (atomic)."""
+        kept = self.run_dir / "checkpoints" / f"step_{self.step:07d}"
+        with atomic_directory(kept) as tmp:
+            self.policy.save(tmp / "policy")
+        return kept
 
     def load_checkpoint(self, path: Path | None = None) -> int:
         path = Path(path or self.latest)
@@ -200,6 +211,8 @@ class ImitationTrainer:
                     self._evaluate(tb)
                 if self.step % c.checkpoint_every == 0 or self.step == c.steps:
                     self.save_checkpoint()
+                if c.keep_every and self.step % c.keep_every == 0:
+                    self.keep_policy()
                 if self.on_step is not None:
                     self.on_step(self.step)
             evaluated = self.history and self.history[-1]["step"] == self.step

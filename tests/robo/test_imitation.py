@@ -97,6 +97,26 @@ def test_resume_after_a_kill_continues_from_the_saved_step(tmp_path):
     assert steps == [5, 10, 15, 20]
 
 
+def test_keep_every_keeps_loadable_snapshots_of_earlier_steps(tmp_path):
+    from policies.registry import load_policy
+
+    cfg = TrainConfig(steps=12, batch_size=16, lr=1e-3, warmup_steps=2, checkpoint_every=12, keep_every=6)
+    policy, windows = toy_setup(demos=10)
+    ImitationTrainer(policy, windows, cfg, tmp_path).train(progress=False)
+    ckpts = tmp_path / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_0000006", "step_0000012"]
+    early, last = load_policy(ckpts / "step_0000006" / "policy"), load_policy(ckpts / "step_0000012" / "policy")
+    final = load_policy(ckpts / "latest" / "policy")
+    obs, noise = torch.zeros(1, 2, 2), torch.randn(1, 8, 2, generator=torch.Generator().manual_seed(0))
+    def chunk(p):
+        return torch.as_tensor(p.predict_chunk(obs, noise))
+
+    assert torch.equal(chunk(last), chunk(final))
+    assert not torch.allclose(chunk(early), chunk(final))  # an earlier policy, not a copy
+    with pytest.raises(ValueError, match="keep_every must be >= 0"):
+        TrainConfig(keep_every=-1)
+
+
 def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path):
     policy, windows = toy_setup(demos=5)
     loss_fn = policy.compute_loss
@@ -146,9 +166,10 @@ def test_cli_trains_and_resumes_an_imitation_policy(tmp_path):
     assert metrics["step"] == 20 and metrics["episodes"] == 4
     assert json.loads((run / "checkpoints" / "latest" / "policy" / "config.json").read_text())["kind"] == "diffusion"
     assert (run / "videos").is_dir() and (run / "plots" / "learning_curve.png").exists()
-    r = robo("train", *TINY, "policy.train.steps=30", f"resume={run}", cwd=tmp_path)
+    r = robo("train", *TINY, "policy.train.steps=30", "policy.train.keep_every=30", f"resume={run}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads((run / "metrics.json").read_text())["step"] == 30
+    assert (run / "checkpoints" / "step_0000030" / "policy" / "config.json").exists()  # keep_every may change
     r = robo("train", *TINY, "policy.horizon=16", f"resume={run}", cwd=tmp_path)
     assert r.returncode != 0 and "policy.horizon" in r.stderr
 
