@@ -108,6 +108,7 @@ def test_keep_every_keeps_loadable_snapshots_of_earlier_steps(tmp_path):
     early, last = load_policy(ckpts / "step_0000006" / "policy"), load_policy(ckpts / "step_0000012" / "policy")
     final = load_policy(ckpts / "latest" / "policy")
     obs, noise = torch.zeros(1, 2, 2), torch.randn(1, 8, 2, generator=torch.Generator().manual_seed(0))
+
     def chunk(p):
         return torch.as_tensor(p.predict_chunk(obs, noise))
 
