@@ -51,6 +51,8 @@ class EnergyConfig(ChunkConfig):
 
     Tokens: one per observation step, one per ``actions_per_token`` actions of the chunk and a learned energy (CLS)
     token, through a ``torch.nn.TransformerEncoder``; the energy is read from the CLS token.
+    ``backbone="mlp"`` replaces the transformer by an MLP (``hidden_dims``, SiLU) over the flattened
+    window and chunk, which is cheaper per sample.
     Actions are found by ``n_steps`` steps of gradient descent on the normalized chunk,
     ``a <- clamp(a - step_size * clip(dE/da), -1, 1)``, from an initial guess (the steering input).
     Training unrolls ``train_steps`` steps with ``create_graph=True`` and regresses every
@@ -77,6 +79,8 @@ class EnergyConfig(ChunkConfig):
     (and candidates) from U(-1, 1), the distribution they were trained on.
     """
 
+    backbone: str = "transformer"  # transformer | mlp (an MLP over the flattened window and chunk, hidden_dims)
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp
     d_model: int = 64
     actions_per_token: int = 1  # consecutive actions embedded in one token (horizon must be a multiple)
     n_heads: int = 4
@@ -104,6 +108,10 @@ class EnergyConfig(ChunkConfig):
         super().validate()
         if self.n_candidates < 1:
             raise ValueError(f"n_candidates={self.n_candidates} must be >= 1")
+        if self.backbone not in ("transformer", "mlp"):
+            raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer' or 'mlp'")
+        if not self.hidden_dims or min(self.hidden_dims) < 1:
+            raise ValueError(f"hidden_dims={self.hidden_dims} must be a non-empty list of positive widths")
         if self.actions_per_token < 1 or self.horizon % self.actions_per_token:
             raise ValueError(f"horizon={self.horizon} must be a multiple of actions_per_token={self.actions_per_token}")
         if self.d_model % self.n_heads:

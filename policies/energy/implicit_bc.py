@@ -11,29 +11,10 @@ import torch
 from torch import nn
 
 from ..chunked import standard_noise
-from ..normalize import Normalizer
 from .chunking import ChunkPolicyBase
 from .configuration_energy import ImplicitBCConfig
+from .energy_mlp import EnergyMLP
 from .modeling_energy import energy_of_candidates, info_nce
-
-
-class EnergyMLP(nn.Module):
-    """``forward(obs_n (B, T, obs_dim), chunk (B, H, action_dim)) -> energy (B,)``: an MLP on the concatenation."""
-
-    def __init__(self, config: ImplicitBCConfig):
-        super().__init__()
-        config.validate()
-        self.config = config
-        self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
-        self.action_normalizer = Normalizer(config.action_dim, "min_max")
-        dims = [config.n_obs_steps * config.obs_dim + config.horizon * config.action_dim, *config.hidden_dims]
-        layers: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
-        self.net = nn.Sequential(*layers, nn.Linear(dims[-1], 1))
-
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)).squeeze(-1)
 
 
 @torch.no_grad()

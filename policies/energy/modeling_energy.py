@@ -21,9 +21,23 @@ from ..chunked import draw_noise, standard_noise
 from ..normalize import Normalizer
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
+from .energy_mlp import EnergyMLP
 
 
-class EnergyTransformer(nn.Module):
+class LearnedStepSize:
+    """Mixin for energy models that ``descend`` runs on: ``step_size``, the exp of a parameter
+    initialized to ``config.step_size`` (trained unless ``config.learn_step_size`` is false)."""
+
+    def _init_step_size(self, config: EnergyConfig) -> None:
+        self.log_step_size = nn.Parameter(torch.tensor(math.log(config.step_size)),
+                                          requires_grad=config.learn_step_size)
+
+    @property
+    def step_size(self) -> torch.Tensor:
+        return self.log_step_size.exp()
+
+
+class EnergyTransformer(LearnedStepSize, nn.Module):
     """Tokens ``[obs_1 .. obs_T, a_1 .. a_H, CLS]`` (``actions_per_token`` actions per action token)
     -> TransformerEncoder -> Linear(CLS output) = energy (B,)."""
 
@@ -43,9 +57,7 @@ class EnergyTransformer(nn.Module):
                                            batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 1))
-        # log of the descent step size (learned unless config.learn_step_size is false)
-        self.log_step_size = nn.Parameter(torch.tensor(math.log(config.step_size)),
-                                          requires_grad=config.learn_step_size)
+        self._init_step_size(config)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
         """obs_n (B, n_obs_steps, obs_dim), chunk (B, horizon, action_dim), normalized -> energy (B,)."""
@@ -55,9 +67,19 @@ class EnergyTransformer(nn.Module):
         h = self.encoder(tokens + self.pos)
         return self.head(h[:, -1]).squeeze(-1)
 
-    @property
-    def step_size(self) -> torch.Tensor:
-        return self.log_step_size.exp()
+
+class DescentEnergyMLP(LearnedStepSize, EnergyMLP):
+    """The energy policy's ``backbone: mlp``: ``EnergyMLP`` over ``config.hidden_dims`` with SiLU
+    (smooth, so dE/da changes continuously along the descent) and a learned step size."""
+
+    def __init__(self, config: EnergyConfig):
+        super().__init__(config, activation=nn.SiLU)
+        self._init_step_size(config)
+
+
+def build_energy_model(config: EnergyConfig) -> nn.Module:
+    """The energy network ``config.backbone`` names: ``EnergyTransformer`` or ``DescentEnergyMLP``."""
+    return DescentEnergyMLP(config) if config.backbone == "mlp" else EnergyTransformer(config)
 
 
 def clip_per_sample(g: torch.Tensor, max_norm: float | None) -> torch.Tensor:
@@ -145,7 +167,7 @@ def select_lowest_energy(chunks: torch.Tensor, energy: torch.Tensor) -> tuple[to
 
 
 class EnergyPolicy(ChunkPolicyBase):
-    """``ChunkedPolicy`` around ``EnergyTransformer``: kind "energy".
+    """``ChunkedPolicy`` around an energy network (``build_energy_model``): kind "energy".
 
     ``noise`` (B, horizon, action_dim) is the initial guess of the normalized chunk that the
     descent starts from (zeros, or N(0, 1) clamped to [-1, 1] with ``default_init="noise"``,
@@ -159,9 +181,9 @@ class EnergyPolicy(ChunkPolicyBase):
     kind = "energy"
     learns_from_pairs = True
 
-    def __init__(self, config: EnergyConfig | None = None, model: EnergyTransformer | None = None):
+    def __init__(self, config: EnergyConfig | None = None, model: nn.Module | None = None):
         config = config or (model.config if model is not None else EnergyConfig())
-        super().__init__(config, model if model is not None else EnergyTransformer(config))
+        super().__init__(config, model if model is not None else build_energy_model(config))
         self.candidates = torch.Generator().manual_seed(self.config.candidate_seed)
 
     def __copy__(self) -> "EnergyPolicy":

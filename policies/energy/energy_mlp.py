@@ -1,0 +1,33 @@
+"""An MLP energy over (flattened observation window, flattened action chunk): implicit BC's model,
+and the energy policy's ``backbone: mlp``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..normalize import Normalizer
+
+
+class EnergyMLP(nn.Module):
+    """``forward(obs_n (B, T, obs_dim), chunk (B, H, action_dim)) -> energy (B,)``: an MLP on the concatenation.
+
+    ``config`` needs the chunk shapes, ``obs_norm`` and ``hidden_dims``; ``activation`` builds each
+    hidden layer's nonlinearity (ReLU for implicit BC's derivative-free search; a smooth one where
+    actions come from gradient descent on the energy, since a ReLU net's dE/da is piecewise constant).
+    """
+
+    def __init__(self, config, activation: type[nn.Module] = nn.ReLU):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
+        self.action_normalizer = Normalizer(config.action_dim, "min_max")
+        dims = [config.n_obs_steps * config.obs_dim + config.horizon * config.action_dim, *config.hidden_dims]
+        layers: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), activation()]
+        self.net = nn.Sequential(*layers, nn.Linear(dims[-1], 1))
+
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)).squeeze(-1)
