@@ -1,4 +1,6 @@
-"""``robo eval``: fly a policy in the batched sim, score it, write the run folder."""
+"""``robo eval``: fly a policy in the batched sim, score it, write the run folder; on an imitation
+task (``task=pusht policy=checkpoint policy.path=<dir>``), run the checkpoint's episodes in the
+task's gymnasium env instead."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+
+from policies.chunked import ChunkedPolicy
 
 from robo.evaluate import flight_metrics, rollout
 from robo.factory import make_policy, make_task
@@ -22,6 +26,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     torch.manual_seed(cfg.seed)
     write_resolved_config(run_dir, cfg)
     c = OmegaConf.to_container(cfg, resolve=True)
+    if c["task"].get("kind") == "imitation":
+        return evaluate_imitation(c, run_dir)
     task = make_task(c["task"], c["robot"], c["sim"], int(cfg.num_envs), seed=int(cfg.seed))
     policy = make_policy(c["policy"])
     policy.save(run_dir / "checkpoints" / "policy")
@@ -36,4 +42,22 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     log.info("run folder: %s", run_dir)
     for k, v in metrics.items():
         log.info("%-30s %s", k, v)
+    return metrics
+
+
+def evaluate_imitation(c: dict, run_dir: Path) -> dict:
+    """A chunked checkpoint on an imitation task: ``task.eval.episodes`` episodes from seed
+    ``task.eval.seed`` (the seeds ``robo train`` scores on), video of episode 0 -> metrics.json."""
+    from robo.imitation.command import evaluator
+
+    policy = make_policy(c["policy"])
+    if not isinstance(policy, ChunkedPolicy):
+        raise ValueError(f"task {c['task']['name']!r} needs a chunked imitation policy checkpoint "
+                         f"(diffusion, energy, ...), got {type(policy).__name__}")
+    task = c["task"]
+    video = run_dir / "videos" if c["video"]["enabled"] else None
+    metrics = evaluator(task, int(task["eval"]["episodes"]), video)(policy, 0)
+    metrics.update(task=task["name"], policy=str(c["policy"].get("path") or c["policy"]["kind"]))
+    write_json(run_dir / "metrics.json", metrics)
+    log.info("run folder: %s", run_dir)
     return metrics
