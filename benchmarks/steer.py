@@ -12,7 +12,9 @@ episodes; the final evaluation uses ``--episodes`` episodes with the same env se
 (for DSRL through the exported steered policy, i.e. the ordinary evaluation path). Prints one
 table: final success, and the env steps of the first training evaluation at or above
 ``--target`` success. ``--n-action-steps`` sets the base's execution horizon (actions per chunk,
-so per steering decision) for everything, the base's own evaluation included.
+so per steering decision) for everything, the base's own evaluation included. ``--resume``
+continues each method's run in ``--out`` (its ``checkpoints/latest``, replay buffer included) up to a
+larger ``--budget``; the other arguments must match the first run's.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def run_method(name: str, base, task: dict, args, out: Path) -> dict:
     t0 = time.time()
     trainer = SteerTrainer(c, out / name, base if algo["mode"] != "action" else None, task_env_factory(task),
                            progress=False)
-    final = trainer.train()
+    final = trainer.train(resume=args.resume)
     row = {"method": name, "env_steps": trainer.env_steps, "success": final["success_rate"],
            "episodes": final["episodes"], "wall_min": (time.time() - t0) / 60}
     hit = [h["env_steps"] for h in trainer.history if h["success_rate"] >= args.target]
@@ -90,6 +92,7 @@ def main() -> None:
     ap.add_argument("--n-action-steps", type=int, default=None,
                     help="the base's execution horizon (default: its checkpoint's)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_steer"))
+    ap.add_argument("--resume", action="store_true", help="continue the runs in --out up to --budget")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
