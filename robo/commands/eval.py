@@ -11,7 +11,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from policies.chunked import ChunkedPolicy
-
 from robo.evaluate import flight_metrics, rollout
 from robo.factory import make_policy, make_task
 from robo.media import write_flight_media
