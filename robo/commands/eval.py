@@ -55,7 +55,7 @@ def evaluate_imitation(c: dict, run_dir: Path) -> dict:
                          f"(diffusion, energy, ...), got {type(policy).__name__}")
     task = c["task"]
     video = run_dir / "videos" if c["video"]["enabled"] else None
-    metrics = evaluator(task, int(task["eval"]["episodes"]), video)(policy, 0)
+    metrics = evaluator(task, int(task["eval"]["episodes"]), video, "eval.mp4")(policy, 0)
     metrics.update(task=task["name"], policy=str(c["policy"].get("path") or c["policy"]["kind"]))
     write_json(run_dir / "metrics.json", metrics)
     log.info("run folder: %s", run_dir)

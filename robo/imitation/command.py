@@ -37,12 +37,13 @@ def _check(cfg: DictConfig) -> None:
                          f"task; choose an imitation task (task=pusht or task=obstacle_reach)")
 
 
-def evaluator(task: dict, episodes: int, video_dir: Path | None = None):
-    """(policy, step) -> evaluation metrics in the task's env (``episodes`` episodes)."""
+def evaluator(task: dict, episodes: int, video_dir: Path | None = None, video_name: str | None = None):
+    """(policy, step) -> evaluation metrics in the task's env (``episodes`` episodes); the video of
+    episode 0 goes to ``video_dir/video_name`` (default ``step_<step>.mp4``)."""
     e = task["eval"]
 
     def evaluate(policy, step: int) -> dict:
-        video = video_dir / f"step_{step:07d}.mp4" if video_dir is not None else None
+        video = video_dir / (video_name or f"step_{step:07d}.mp4") if video_dir is not None else None
         return evaluate_chunked_policy(policy, task["env_id"], episodes, seed=int(e["seed"]),
                                        num_envs=int(e.get("num_envs", 50)), max_steps=e.get("max_steps"),
                                        video_path=video, env_kwargs=task.get("env_kwargs") or {})

@@ -176,6 +176,7 @@ def test_cli_trains_and_resumes_an_imitation_policy(tmp_path):
     scored = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert (scored["success_rate"], scored["episodes"]) == (metrics["success_rate"], metrics["episodes"])
     assert scored["mean_max_reward"] == pytest.approx(metrics["mean_max_reward"], rel=1e-5)
+    assert [p.name for p in (tmp_path / "eval" / "videos").iterdir()] == ["eval.mp4"]
     r = robo("eval", "task=obstacle_reach", "policy=raptor", f"hydra.run.dir={tmp_path / 'eval_raptor'}", cwd=tmp_path)
     assert r.returncode != 0 and "needs a chunked imitation policy checkpoint" in r.stderr
     r = robo("train", *TINY, "policy.train.steps=30", "policy.train.keep_every=30", f"resume={run}", cwd=tmp_path)
