@@ -17,6 +17,7 @@ from hardware.drivers.betaflight import BetaflightRobot, BetaflightSITLBridge
 from sims.quadrotor import BatchedQuadrotorSim, ParamsBatch, hover_state, preset
 from sims.vehicles.betaflight_sitl import BetaflightMSPServer, BetaflightSITLPeer
 from sims.vehicles.sim_vehicle import euler_zyx_to_quat, quat_to_euler_zyx
+from tests.hardware.polling import wait_for
 
 
 # SITL packet layouts: ctypes mirrors of src/platform/SIMULATOR/target/SITL/target.h ---------------
@@ -135,15 +136,6 @@ def fc(request):
     yield server, robot
     robot.close()
     server.close()
-
-
-def wait_for(predicate, timeout=1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_state_round_trip(fc):

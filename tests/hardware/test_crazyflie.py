@@ -12,6 +12,7 @@ from hardware.drivers.base import AttitudeThrustCommand, MotorCommand, Robot, Ro
 from hardware.drivers.crazyflie import CrazyflieRobot, command_to_setpoint, log_to_state, timestamp_is_newer
 from sims.vehicles.crazyflie_link import CrazyflieLinkPeer
 from sims.vehicles.sim_vehicle import euler_zyx_to_quat
+from tests.hardware.polling import wait_for
 
 
 @pytest.fixture
@@ -22,15 +23,6 @@ def link():
     yield peer, robot
     robot.close()
     peer.close()
-
-
-def wait_for(predicate, timeout=1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def last_packet(peer, port):

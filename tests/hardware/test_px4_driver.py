@@ -10,15 +10,7 @@ from hardware.drivers import frames
 from hardware.drivers.base import AttitudeThrustCommand, MotorCommand, RobotError
 from hardware.drivers.px4 import PX4_MAIN_MODE_OFFBOARD, PX4Robot
 from sims.vehicles import MavlinkVehicle
-
-
-def _wait_for(predicate, timeout=2.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return False
+from tests.hardware.polling import wait_for
 
 
 def test_telemetry_arrives_in_flu(vehicle, px4):
@@ -26,7 +18,7 @@ def test_telemetry_arrives_in_flu(vehicle, px4):
     vehicle.set_state(position=[0.5, -0.3, 1.2], quaternion=q_flu, velocity=[0.1, 0.2, -0.3],
                       angular_velocity=[0.4, -0.5, 0.6])
     t_set = time.monotonic()
-    assert _wait_for(lambda: px4.read_state().timestamp > t_set + 0.03)
+    assert wait_for(lambda: px4.read_state().timestamp > t_set + 0.03)
     s = px4.read_state()
     np.testing.assert_allclose(s.position, [0.5, -0.3, 1.2], atol=1e-6)
     np.testing.assert_allclose(s.velocity, [0.1, 0.2, -0.3], atol=1e-6)
@@ -56,7 +48,7 @@ def test_no_vehicle_raises_naming_the_address(free_port):
 def test_offboard_then_arm_with_ack(vehicle, px4):
     px4.arm()
     assert vehicle.armed and vehicle.mode == PX4_MAIN_MODE_OFFBOARD
-    assert _wait_for(lambda: px4.armed and px4.main_mode == PX4_MAIN_MODE_OFFBOARD)
+    assert wait_for(lambda: px4.armed and px4.main_mode == PX4_MAIN_MODE_OFFBOARD)
     kinds = [m.get_type() for m in vehicle.received]
     i_mode = next(i for i, m in enumerate(vehicle.received)
                   if m.get_type() == "COMMAND_LONG" and m.command == mavlink.MAV_CMD_DO_SET_MODE)
@@ -85,7 +77,7 @@ def test_offboard_refused_without_setpoint_stream(vehicle):
 
 def test_motor_setpoints_decoded_in_px4_order(vehicle, px4):
     px4.send(MotorCommand(np.array([0.1, 0.2, 0.3, 0.4])))  # robo FR, BR, BL, FL
-    assert _wait_for(lambda: len(vehicle.messages("SET_ACTUATOR_CONTROL_TARGET")) > 0)
+    assert wait_for(lambda: len(vehicle.messages("SET_ACTUATOR_CONTROL_TARGET")) > 0)
     m = vehicle.messages("SET_ACTUATOR_CONTROL_TARGET")[-1]
     np.testing.assert_allclose(m.controls[:4], [0.1, 0.3, 0.4, 0.2], atol=1e-7)  # PX4: FR, BL, FL, BR
     assert m.target_system == 1 and m.target_component == 1 and m.group_mlx == 0
@@ -96,7 +88,7 @@ def test_attitude_setpoints_decoded_in_ned_frd(vehicle, px4):
     q_flu = frames.euler_to_quat(0.1, 0.2, -0.7)
     px4.send(AttitudeThrustCommand(q_flu, 0.6, body_rates=np.array([0.1, 0.2, 0.3])))
     px4.send(AttitudeThrustCommand(q_flu, 0.5))
-    assert _wait_for(lambda: len(vehicle.messages("SET_ATTITUDE_TARGET")) == 2)
+    assert wait_for(lambda: len(vehicle.messages("SET_ATTITUDE_TARGET")) == 2)
     with_rates, attitude_only = vehicle.messages("SET_ATTITUDE_TARGET")
     w, x, y, z = q_flu
     np.testing.assert_allclose(with_rates.q, [w, x, -y, -z], atol=1e-7)  # pi about x
@@ -115,7 +107,7 @@ def test_bad_commands_raise_before_the_wire(px4, bad):
 
 def test_malformed_and_stale_packets_are_rejected_and_counted(vehicle, px4):
     rng = np.random.default_rng(0)
-    assert _wait_for(lambda: px4.read_state().extra["position_time_boot_ms"] > 100)
+    assert wait_for(lambda: px4.read_state().extra["position_time_boot_ms"] > 100)
     newest = px4.read_state().extra["position_time_boot_ms"]
     good = b"".join(m.pack(vehicle._mav) for m in vehicle.telemetry_messages())
     corrupt = bytearray(good)
@@ -128,9 +120,9 @@ def test_malformed_and_stale_packets_are_rejected_and_counted(vehicle, px4):
     # an old packet (time_boot_ms older than the newest) claiming the vehicle is 99 m away
     stale = vehicle._mav.local_position_ned_encode(max(newest - 50, 0), 99.0, 99.0, -99.0, 0, 0, 0)
     vehicle.send_raw(stale.pack(vehicle._mav))
-    assert _wait_for(lambda: px4.stats["stale"] >= 1 and px4.stats["malformed"] >= 200)
+    assert wait_for(lambda: px4.stats["stale"] >= 1 and px4.stats["malformed"] >= 200)
     t = time.monotonic()
-    assert _wait_for(lambda: px4.read_state().timestamp > t)  # still alive and tracking
+    assert wait_for(lambda: px4.read_state().timestamp > t)  # still alive and tracking
     np.testing.assert_allclose(px4.read_state().position, vehicle.true_state()["position"], atol=1e-6)
     assert all(th.is_alive() for th in px4._threads)
     print("rejection counts:", px4.stats)
@@ -151,7 +143,7 @@ def test_euler_attitude_telemetry_converted_to_flu():
         v.set_state(quaternion=q_flu, angular_velocity=[0.1, 0.2, 0.3])
         t = time.monotonic()
         robot.connect(3.0)
-        assert _wait_for(lambda: robot.read_state().timestamp > t + 0.03)
+        assert wait_for(lambda: robot.read_state().timestamp > t + 0.03)
         s = robot.read_state()
         np.testing.assert_allclose(frames.quat_to_rotmat(s.quaternion), frames.quat_to_rotmat(q_flu), atol=1e-6)
         np.testing.assert_allclose(s.angular_velocity, [0.1, 0.2, 0.3], atol=1e-6)
@@ -160,10 +152,10 @@ def test_euler_attitude_telemetry_converted_to_flu():
 def test_rebooted_vehicle_is_followed_not_rejected(vehicle, px4):
     with vehicle._lock:
         vehicle.time_ms = 60_000  # one minute after boot
-    assert _wait_for(lambda: px4.read_state().extra["position_time_boot_ms"] >= 60_000)
+    assert wait_for(lambda: px4.read_state().extra["position_time_boot_ms"] >= 60_000)
     with vehicle._lock:
         vehicle.time_ms = 0  # reboot: the clock starts again
-    assert _wait_for(lambda: px4.read_state().extra["position_time_boot_ms"] < 10_000)
+    assert wait_for(lambda: px4.read_state().extra["position_time_boot_ms"] < 10_000)
     assert px4.stats["reboots"] == 1
 
 
@@ -190,7 +182,7 @@ def test_attitude_mode_flies_where_the_setpoint_points(euler_deg, accel_axis, si
         last = robot.read_state().timestamp
         for _ in range(100):  # 1 s, lockstep
             robot.send(AttitudeThrustCommand(q_sp, make_robot("x500").hover_command))
-            assert _wait_for(lambda: robot.read_state().timestamp > last)
+            assert wait_for(lambda: robot.read_state().timestamp > last)
             last = robot.read_state().timestamp
         s, steps = robot.read_state(), v.steps
     np.testing.assert_allclose(frames.quat_to_rotmat(s.quaternion), frames.quat_to_rotmat(q_sp), atol=0.01)
