@@ -28,6 +28,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from robo.evaluate import flight_metrics, rollout
+from robo.foundation.evaluate import pushed
 from policies.registry import load_policy
 from robo.rl.trainer import BEST, Trainer, evaluation_key
 from sims.envs import make_batched_task
@@ -87,22 +88,8 @@ def _pushed_rollout(policy, task, impulse: float, at: float = 1.0, duration: flo
     """Rollout with a horizontal world-frame push of ``impulse`` N s spread over ``duration`` s."""
     force = torch.zeros(task.num_envs, 3, dtype=task.state.dtype)
     force[:, 0] = impulse / duration
-    steps_at, steps_dur = int(round(at / task.dt)), int(round(duration / task.dt))
-    original_step = task.sim.step
-    counter = {"k": 0}
-
-    def step(action, validate=True):
-        k = counter["k"]
-        task.sim.external_force = force if steps_at <= k < steps_at + steps_dur else None
-        counter["k"] += 1
-        return original_step(action, validate)
-
-    task.sim.step = step
-    try:
+    with pushed(task, force, int(round(at / task.dt)), int(round(duration / task.dt))):
         return rollout(policy, task, seconds)
-    finally:
-        task.sim.step = original_step
-        task.sim.external_force = None
 
 
 def main() -> None:
