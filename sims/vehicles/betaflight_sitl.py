@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 import socket
 import struct
-import threading
+from functools import partial
 
 import numpy as np
 from pymsp import MSPStreamProcessor, MSPv1, MSPv2
 
+from .loops import BackgroundLoops
 from .sim_vehicle import SimVehicle, attitude_to_motors, quat_to_euler_zyx
 
 FDM_FORMAT, RC_FORMAT, SERVO_FORMAT = "<18d", "<d16H", "<4f"
@@ -64,28 +65,21 @@ class BetaflightSITLPeer:
         self.fdm_received: list[tuple] = []  # decoded fdm packets, for tests
         self._last_fdm_time = -math.inf
         self._last_rc_time = -math.inf
-        self._running = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._loops = BackgroundLoops("BetaflightSITLPeer")
 
     def start(self, motor_address: tuple[str, int]) -> "BetaflightSITLPeer":
         self.motor_address = motor_address
-        self._running.set()
-        for sock, handler in ((self._state, self._on_fdm), (self._rc, self._on_rc)):
-            t = threading.Thread(target=self._serve, args=(sock, handler), daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._loops.start(partial(self._serve, self._state, self._on_fdm), partial(self._serve, self._rc, self._on_rc))
         return self
 
     def close(self) -> None:
-        self._running.clear()
-        for t in self._threads:
-            t.join(timeout=2.0)
+        self._loops.stop()
         self._state.close()
         self._rc.close()
 
     def _serve(self, sock: socket.socket, handler) -> None:
         sock.settimeout(0.05)
-        while self._running.is_set():
+        while self._loops.running:
             try:
                 handler(sock.recv(512))
             except (socket.timeout, OSError):
@@ -139,20 +133,15 @@ class BetaflightMSPServer:
         self.motor_test = np.zeros(8)
         self.silent = False  # True: stop answering (link loss)
         self.inject: list[bytes] = []  # raw bytes to send before the next reply (fault injection)
-        self._running = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loops = BackgroundLoops("BetaflightMSPServer")
 
     def start(self) -> "BetaflightMSPServer":
-        self._running.set()
         self.vehicle.start()
-        self._thread = threading.Thread(target=self._serve, name="BetaflightMSPServer", daemon=True)
-        self._thread.start()
+        self._loops.start(self._serve)
         return self
 
     def close(self) -> None:
-        self._running.clear()
-        if self._thread:
-            self._thread.join(timeout=2.0)
+        self._loops.stop()
         self.vehicle.stop()
         self._server.close()
 
@@ -163,7 +152,7 @@ class BetaflightMSPServer:
         self.close()
 
     def _serve(self) -> None:
-        while self._running.is_set():
+        while self._loops.running:
             try:
                 conn, _ = self._server.accept()
             except (socket.timeout, OSError):
@@ -171,7 +160,7 @@ class BetaflightMSPServer:
             conn.settimeout(0.05)
             stream = MSPStreamProcessor()
             with conn:
-                while self._running.is_set():
+                while self._loops.running:
                     try:
                         data = conn.recv(4096)
                     except socket.timeout:

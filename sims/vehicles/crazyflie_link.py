@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import socket
 import struct
-import threading
 import time
 
 import numpy as np
@@ -33,6 +32,7 @@ from cflib.crazyflie.log import LogTocElement
 from cflib.crazyflie.param import ParamTocElement
 from cflib.crtp.crtpstack import CRTPPacket, CRTPPort
 
+from .loops import BackgroundLoops
 from .sim_vehicle import SimVehicle
 
 PROTOCOL_VERSION = 12
@@ -75,23 +75,16 @@ class CrazyflieLinkPeer:
         self.rejected = 0
         self.received: list[CRTPPacket] = []  # every decoded packet, for tests
         self.silent = False  # True: stop answering and streaming (link loss)
-        self._running = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._loops = BackgroundLoops("CrazyflieLinkPeer")
 
     # lifecycle -------------------------------------------------------------------------------
     def start(self) -> "CrazyflieLinkPeer":
-        self._running.set()
         self.vehicle.start()
-        for target in (self._serve, self._stream):
-            t = threading.Thread(target=target, name=f"CrazyflieLinkPeer.{target.__name__}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._loops.start(self._serve, self._stream)
         return self
 
     def close(self) -> None:
-        self._running.clear()
-        for t in self._threads:
-            t.join(timeout=2.0)
+        self._loops.stop()
         self.vehicle.stop()
         self._sock.close()
 
@@ -118,7 +111,7 @@ class CrazyflieLinkPeer:
 
     # receiving -------------------------------------------------------------------------------
     def _serve(self) -> None:
-        while self._running.is_set():
+        while self._loops.running:
             try:
                 datagram, addr = self._sock.recvfrom(64)
             except (socket.timeout, OSError):
@@ -246,7 +239,7 @@ class CrazyflieLinkPeer:
         return dict(enumerate(values))  # TOC ident -> value, in LOG_VARIABLES order
 
     def _stream(self) -> None:
-        while self._running.is_set():
+        while self._loops.running:
             time.sleep(0.002)
             if self.silent or self._client is None:
                 continue

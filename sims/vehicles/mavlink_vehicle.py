@@ -39,6 +39,7 @@ from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, VEL, ParamsBatch, h
 from sims.quadrotor.rotations import quat_mul, quat_to_rotmat
 
 from .attitude_controller import AttitudeGains, attitude_motor_commands
+from .loops import BackgroundLoops
 
 OFFBOARD, POSCTL = 6, 3  # PX4 main modes
 ROBO_FROM_PX4 = (0, 3, 1, 2)  # robo motor j (FR, BR, BL, FL) is PX4 output ROBO_FROM_PX4[j]
@@ -145,8 +146,7 @@ class MavlinkVehicle:
         self._peer = cfg.remote
         self._mav = mavlink.MAVLink(None, cfg.system_id, cfg.component_id)  # packs what we send
         self._rx = self._new_parser()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._loops = BackgroundLoops("MavlinkVehicle")
         self._noise = np.random.default_rng(cfg.sensors.seed)
         self._history: deque = deque([(self.time_ms, self.sim.state[0].clone())], maxlen=cfg.sensors.latency_steps + 1)
 
@@ -159,16 +159,11 @@ class MavlinkVehicle:
         return f"{self.config.host}:{self.port}"
 
     def start(self) -> "MavlinkVehicle":
-        for target in (self._receive_loop, self._tick_loop):
-            t = threading.Thread(target=target, name=f"vehicle-{target.__name__}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._loops.start(self._receive_loop, self._tick_loop)
         return self
 
     def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=1.0)
+        self._loops.stop(timeout=1.0)
         self._sock.close()
 
     def __enter__(self):
@@ -277,7 +272,7 @@ class MavlinkVehicle:
             self._history.append((self.time_ms, self.sim.state[0].clone()))
 
     def _receive_loop(self) -> None:
-        while not self._stop.is_set():
+        while self._loops.running:
             try:
                 data, addr = self._sock.recvfrom(65535)
             except (socket.timeout, OSError):
@@ -305,7 +300,7 @@ class MavlinkVehicle:
     def _tick_loop(self) -> None:
         period = self.dt
         next_hb = next_tick = time.monotonic()
-        while not self._stop.is_set():
+        while self._loops.running:
             now = time.monotonic()
             if now >= next_hb:
                 self._send(self._heartbeat())
@@ -315,12 +310,12 @@ class MavlinkVehicle:
                     if not self.armed:
                         self.time_ms += int(round(1000 / self.config.idle_telemetry_hz))
                         self.send_telemetry()
-                self._stop.wait(1.0 / self.config.idle_telemetry_hz)
+                self._loops.sleep(1.0 / self.config.idle_telemetry_hz)
                 continue
             self.step()
             self.send_telemetry()
             next_tick = max(next_tick + period, time.monotonic() - period)
-            self._stop.wait(max(0.0, next_tick - time.monotonic()))
+            self._loops.sleep(max(0.0, next_tick - time.monotonic()))
 
     def _handle(self, msg) -> None:
         kind = msg.get_type()

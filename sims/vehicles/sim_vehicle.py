@@ -20,6 +20,8 @@ import torch
 
 from sims.quadrotor import BatchedQuadrotorSim, ParamsBatch, QuadrotorParams, hover_state, preset
 
+from .loops import BackgroundLoops
+
 ATTITUDE_KP = 40.0  # 1/s^2: attitude error (rad) -> angular acceleration
 ATTITUDE_KD = 12.0  # 1/s: rate error (rad/s) -> angular acceleration
 
@@ -119,8 +121,7 @@ class SimVehicle:
         self._attitude: tuple[float, float, float, float] | None = None
         self._specific_force = np.array([0.0, 0.0, float(np.linalg.norm(self.params.gravity))])
         self.armed = False
-        self._thread: threading.Thread | None = None
-        self._running = threading.Event()
+        self._loops = BackgroundLoops("SimVehicle")
 
     @property
     def dt(self) -> float:
@@ -177,21 +178,14 @@ class SimVehicle:
 
     def start(self) -> None:
         """Step in real time on a background thread until ``stop``."""
-        if self._thread is not None:
-            return
-        self._running.set()
-        self._thread = threading.Thread(target=self._run, name="SimVehicle", daemon=True)
-        self._thread.start()
+        self._loops.start(self._run)
 
     def stop(self) -> None:
-        self._running.clear()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
-            self._thread = None
+        self._loops.stop()
 
     def _run(self) -> None:
         next_t = time.monotonic()
-        while self._running.is_set():
+        while self._loops.running:
             self.step()
             next_t += self.dt
             delay = next_t - time.monotonic()
