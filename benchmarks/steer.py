@@ -101,8 +101,10 @@ def main() -> None:
     if args.n_action_steps is not None:
         base = with_execution_horizon(base, args.n_action_steps)
     bound = float(algo_config("dsrl", args.set)["noise_bound"])
+    draws = torch.Generator().manual_seed(args.seed)  # the clipped noise is the same on every run
     variants = {"N(0, I) noise": base, "zero noise": DrawnNoise(base, torch.zeros),
-                f"N(0, I) clipped to +-{bound:g}": DrawnNoise(base, lambda s: torch.randn(s).clamp(-bound, bound))}
+                f"N(0, I) clipped to +-{bound:g}":
+                    DrawnNoise(base, lambda s: torch.randn(s, generator=draws).clamp(-bound, bound))}
     rows = []
     for label, policy in variants.items():
         m = evaluate_chunked_policy(policy, task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
