@@ -3,7 +3,7 @@
 import time
 
 
-def wait_for(predicate, timeout: float = 2.0, interval: float = 0.005) -> bool:
+def wait_for(predicate, timeout: float = 1.0, interval: float = 0.005) -> bool:
     """True as soon as ``predicate()`` is true; False if it is still false after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

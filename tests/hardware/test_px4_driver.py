@@ -1,6 +1,7 @@
 """PX4Robot against the simulated PX4 vehicle on loopback; pymavlink decodes robo's bytes on the peer."""
 
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -10,7 +11,9 @@ from hardware.drivers import frames
 from hardware.drivers.base import AttitudeThrustCommand, MotorCommand, RobotError
 from hardware.drivers.px4 import PX4_MAIN_MODE_OFFBOARD, PX4Robot
 from sims.vehicles import MavlinkVehicle
-from tests.hardware.polling import wait_for
+from tests.hardware import polling
+
+wait_for = partial(polling.wait_for, timeout=2.0)  # the PX4 tests wait up to 2 s
 
 
 def test_telemetry_arrives_in_flu(vehicle, px4):
