@@ -10,6 +10,7 @@ from hardware.drivers import frames
 from hardware.drivers.base import AttitudeThrustCommand, MotorCommand, RobotError, RobotState
 from hardware.drivers.px4 import PX4Robot
 from hardware.safety import SafetyConfig, SafetyLayer
+from tests.hardware.polling import wait_for
 
 
 class FakeRobot:
@@ -89,9 +90,7 @@ class _Policy(threading.Thread):
 
 
 def _wait_fault(safety, timeout=1.0):
-    end = time.monotonic() + timeout
-    while safety.fault is None and time.monotonic() < end:
-        time.sleep(0.001)
+    wait_for(lambda: safety.fault is not None, timeout, interval=0.001)
     return safety.fault
 
 
