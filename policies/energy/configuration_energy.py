@@ -73,6 +73,10 @@ class EnergyConfig(ChunkConfig):
     ``n_candidates - 1`` guesses drawn from N(0, 1) by the policy's own generator (seeded with
     ``candidate_seed`` at construction and at every full ``reset()``) are descended in one batch,
     and the chunk with the lowest final energy is kept.
+    ``step_conditioned`` gives each descent step its own energy ``E_k`` (a learned embedding of k added to
+    the network's first layer), so early steps can take coarse moves and later ones fine ones, as a
+    diffusion model's noise level lets it; the final energy (the uncertainty, and what candidates are
+    ranked by) is the last trained step's, and inference runs at most ``train_steps`` steps.
     A batch with an ``init`` key (B, horizon, action_dim) trains on (guess, chunk) pairs instead:
     the descent from each guess regresses onto its own chunk (distillation of a teacher's
     noise -> chunk map, ``robo.imitation.distill``); ``default_init="uniform"`` then draws guesses
@@ -91,6 +95,7 @@ class EnergyConfig(ChunkConfig):
     train_steps: int = 2  # unrolled gradient steps in training
     step_size: float = 1.0  # initial value of the step size
     learn_step_size: bool = True
+    step_conditioned: bool = False  # the energy also sees the descent step k: E_k(obs, chunk), one per step
     grad_clip: float | None = None  # per-sample max norm of dE/da (None: no clipping)
     init_std: float = 1.0  # std of the random initial guesses in training
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise (N(0, 1)) | uniform (U(-1, 1))
@@ -118,6 +123,9 @@ class EnergyConfig(ChunkConfig):
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.n_steps < 1 or self.train_steps < 1:
             raise ValueError(f"n_steps={self.n_steps} and train_steps={self.train_steps} must be >= 1")
+        if self.step_conditioned and self.n_steps > self.train_steps:
+            raise ValueError(f"a step-conditioned energy has one energy per trained step: n_steps={self.n_steps} "
+                             f"must be <= train_steps={self.train_steps}")
         if self.step_size <= 0:
             raise ValueError(f"step_size={self.step_size} must be > 0")
         if self.grad_clip is not None and self.grad_clip <= 0:

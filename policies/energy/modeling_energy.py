@@ -37,7 +37,24 @@ class LearnedStepSize:
         return self.log_step_size.exp()
 
 
-class EnergyTransformer(LearnedStepSize, nn.Module):
+class StepEmbedding:
+    """Mixin for ``config.step_conditioned`` energies: ``step_bias(step)``, a learned vector per
+    descent step (``train_steps`` of them) that the network adds to its first layer; ``step=None`` is the
+    last trained step (the final energy). Zero for unconditioned energies."""
+
+    def _init_step_embedding(self, config: EnergyConfig, width: int) -> None:
+        self.step_embed = nn.Embedding(config.train_steps, width) if config.step_conditioned else None
+        if self.step_embed is not None:
+            nn.init.zeros_(self.step_embed.weight)
+
+    def step_bias(self, step: int | None) -> torch.Tensor | float:
+        """(width,) bias of descent step ``step`` (broadcasts over the batch and tokens), or 0."""
+        if self.step_embed is None:
+            return 0.0
+        return self.step_embed.weight[self.step_embed.num_embeddings - 1 if step is None else int(step)]
+
+
+class EnergyTransformer(LearnedStepSize, StepEmbedding, nn.Module):
     """Tokens ``[obs_1 .. obs_T, a_1 .. a_H, CLS]`` (``actions_per_token`` actions per action token)
     -> TransformerEncoder -> Linear(CLS output) = energy (B,)."""
 
@@ -58,23 +75,31 @@ class EnergyTransformer(LearnedStepSize, nn.Module):
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 1))
         self._init_step_size(config)
+        self._init_step_embedding(config, d)
 
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        """obs_n (B, n_obs_steps, obs_dim), chunk (B, horizon, action_dim), normalized -> energy (B,)."""
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """obs_n (B, n_obs_steps, obs_dim), chunk (B, horizon, action_dim), normalized; the descent
+        step (``config.step_conditioned``; None: the final energy) -> energy (B,)."""
         b = obs_n.shape[0]
         actions = chunk.reshape(b, -1, self.action_embed.in_features)  # (B, H / actions_per_token, k * A)
         tokens = torch.cat([self.obs_embed(obs_n), self.action_embed(actions), self.cls.expand(b, -1, -1)], dim=1)
-        h = self.encoder(tokens + self.pos)
+        h = self.encoder(tokens + self.pos + self.step_bias(step))
         return self.head(h[:, -1]).squeeze(-1)
 
 
-class DescentEnergyMLP(LearnedStepSize, EnergyMLP):
+class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
     """The energy policy's ``backbone: mlp``: ``EnergyMLP`` over ``config.hidden_dims`` with SiLU
     (smooth, so dE/da changes continuously along the descent) and a learned step size."""
 
     def __init__(self, config: EnergyConfig):
         super().__init__(config, activation=nn.SiLU)
         self._init_step_size(config)
+        self._init_step_embedding(config, config.hidden_dims[0])
+
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
+        x = torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)
+        return self.net[1:](self.net[0](x) + self.step_bias(step)).squeeze(-1)
 
 
 def build_energy_model(config: EnergyConfig) -> nn.Module:
@@ -111,10 +136,10 @@ def descend(model: EnergyTransformer, obs_n: torch.Tensor, init: torch.Tensor, n
     chunks = []
     kernel = sdpa_kernel(SDPBackend.MATH) if create_graph else contextlib.nullcontext()
     with torch.enable_grad(), kernel:
-        for _ in range(n_steps):
+        for k in range(n_steps):
             if not a.requires_grad:
                 a = a.detach().requires_grad_(True)
-            energy = model(obs_n, a)
+            energy = model(obs_n, a, step=k)
             (grad,) = torch.autograd.grad(energy.sum(), a, create_graph=create_graph)
             a = straight_through_clamp(a - model.step_size * clip_per_sample(grad, grad_clip))
             if not create_graph:

@@ -1,5 +1,7 @@
 """Energy-based chunk policies: the EBT-style energy transformer and implicit BC, on a bimodal toy task."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -350,13 +352,36 @@ def test_energy_score_descends_into_both_modes_where_regression_averages():
     assert between > 0.9, (up, down, between)  # MSE from independent guesses learns the mean, 0
 
 
-def test_mlp_backbone_descends_into_both_modes():
+@pytest.mark.parametrize("step_conditioned", [False, True])
+def test_mlp_backbone_descends_into_both_modes(step_conditioned):
     policy = energy_mlp_policy()
     assert type(policy.model).__name__ == "DescentEnergyMLP" and policy.model.step_size.item() == 1.0
-    # measured over training seeds 0-3: up 0.42-0.49, down 0.47-0.50, between 0.02-0.105
-    up, down, between = _bimodal_fractions("energy_score", 4, energy_mlp_policy)
+    # measured over training seeds 0-3: up 0.42-0.49, down 0.47-0.50, between 0.02-0.105;
+    # step-conditioned: up 0.45-0.485, down 0.425-0.525, between 0.025-0.09
+    make = partial(energy_mlp_policy, step_conditioned=step_conditioned)
+    up, down, between = _bimodal_fractions("energy_score", 4, make)
     assert up > 0.2 and down > 0.2 and between < 0.15, (up, down, between)
     with pytest.raises(ValueError, match="backbone"):
         EnergyConfig(backbone="cnn").validate()
     with pytest.raises(ValueError, match="hidden_dims"):
         EnergyConfig(backbone="mlp", hidden_dims=[]).validate()
+
+
+@pytest.mark.parametrize("make", [energy_policy, energy_mlp_policy])
+def test_step_conditioned_energy_has_one_energy_per_descent_step(make):
+    torch.manual_seed(0)
+    plain = make(train_steps=3, n_steps=3, default_init="noise")
+    torch.manual_seed(0)
+    policy = make(train_steps=3, n_steps=3, default_init="noise", step_conditioned=True)
+    obs, guess = torch.rand(5, 2, 2) * 2 - 1, torch.rand(5, 4, 2) * 2 - 1
+    # the step embedding starts at zero: the same network as without it, until training moves it
+    assert torch.equal(plain.predict_chunk(obs, noise=guess), policy.predict_chunk(obs, noise=guess))
+    with torch.no_grad():
+        policy.model.step_embed.weight.normal_()
+    obs_n, chunk = torch.zeros(5, 2, 2), guess.clamp(-1, 1)
+    energies = [policy.model(obs_n, chunk, step=k) for k in range(3)]
+    assert not torch.allclose(energies[0], energies[2])
+    assert torch.equal(policy.model(obs_n, chunk), energies[2])  # the final energy: the last step's
+    assert not torch.equal(plain.predict_chunk(obs, noise=guess), policy.predict_chunk(obs, noise=guess))
+    with pytest.raises(ValueError, match="n_steps=4 must be <= train_steps=3"):
+        make(train_steps=3, n_steps=4, step_conditioned=True)
