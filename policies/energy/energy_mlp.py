@@ -29,5 +29,9 @@ class EnergyMLP(nn.Module):
             layers += [nn.Linear(a, b), activation()]
         self.net = nn.Sequential(*layers, nn.Linear(dims[-1], 1))
 
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)).squeeze(-1)
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor,
+                first_layer_bias: torch.Tensor | float = 0.0) -> torch.Tensor:
+        """obs_n (B, T, obs_dim), chunk (B, H, action_dim) -> energy (B,); ``first_layer_bias``
+        ((hidden_dims[0],) or a scalar) is added to the first layer's pre-activation."""
+        x = torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)
+        return self.net[1:](self.net[0](x) + first_layer_bias).squeeze(-1)

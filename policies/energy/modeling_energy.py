@@ -98,8 +98,7 @@ class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
-        x = torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)
-        return self.net[1:](self.net[0](x) + self.step_bias(step)).squeeze(-1)
+        return super().forward(obs_n, chunk, first_layer_bias=self.step_bias(step))
 
 
 def build_energy_model(config: EnergyConfig) -> nn.Module:
@@ -124,8 +123,9 @@ def straight_through_clamp(a: torch.Tensor) -> torch.Tensor:
 
 def descend(model: EnergyTransformer, obs_n: torch.Tensor, init: torch.Tensor, n_steps: int,
             grad_clip: float | None = None, create_graph: bool = False) -> list[torch.Tensor]:
-    """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE/da), -1, 1)``, the clamp
-    straight-through (``straight_through_clamp``) so that saturated actions still get gradients.
+    """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE_k/da), -1, 1)`` for k = 0 .. n_steps - 1,
+    the clamp straight-through (``straight_through_clamp``) so that saturated actions still get
+    gradients; ``E_k`` is the model at ``step=k`` (one energy for all k unless ``step_conditioned``).
 
     obs_n (B, T, obs_dim), init (B, H, A) -> [a_1, ..., a_n_steps], each (B, H, A). With
     ``create_graph`` the steps stay differentiable w.r.t. the model (training); otherwise
