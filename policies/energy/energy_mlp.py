@@ -29,9 +29,13 @@ class EnergyMLP(nn.Module):
             layers += [nn.Linear(a, b), activation()]
         self.net = nn.Sequential(*layers, nn.Linear(dims[-1], 1))
 
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor,
-                first_layer_bias: torch.Tensor | float = 0.0) -> torch.Tensor:
-        """obs_n (B, T, obs_dim), chunk (B, H, action_dim) -> energy (B,); ``first_layer_bias``
-        ((hidden_dims[0],) or a scalar) is added to the first layer's pre-activation."""
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+        """obs_n (B, T, obs_dim), chunk (B, H, action_dim) -> energy (B,)."""
+        return self.biased_energy(obs_n, chunk, 0.0)
+
+    def biased_energy(self, obs_n: torch.Tensor, chunk: torch.Tensor,
+                      first_layer_bias: torch.Tensor | float) -> torch.Tensor:
+        """``forward`` with ``first_layer_bias`` ((hidden_dims[0],) or a scalar) added to the first
+        layer's pre-activation. Not a ``forward`` argument: an exporter would make it a model input."""
         x = torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)
         return self.net[1:](self.net[0](x) + first_layer_bias).squeeze(-1)

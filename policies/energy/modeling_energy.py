@@ -98,7 +98,7 @@ class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
-        return super().forward(obs_n, chunk, first_layer_bias=self.step_bias(step))
+        return self.biased_energy(obs_n, chunk, self.step_bias(step))
 
 
 def build_energy_model(config: EnergyConfig) -> nn.Module:

@@ -23,11 +23,21 @@ def _diffusion() -> DiffusionPolicy:
     return policy
 
 
+def _step_conditioned_energy_mlp() -> EnergyPolicy:
+    """An MLP energy with one energy per descent step; the exported network is the final energy's."""
+    policy = EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="mlp", hidden_dims=[32, 32],
+                                       step_conditioned=True))
+    with torch.no_grad():  # the step embedding starts at zero: give it weights the export must carry
+        policy.model.step_embed.weight.normal_()
+    return policy
+
+
 @pytest.mark.parametrize("make", [
     _diffusion,
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, d_model=32, n_layers=1)),
     lambda: ImplicitBCPolicy(ImplicitBCConfig(obs_dim=5, action_dim=2)),
-], ids=["diffusion", "energy", "implicit_bc"])
+    _step_conditioned_energy_mlp,
+], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned"])
 def test_chunked_policy_networks_match_torch_in_onnxruntime(tmp_path, make):
     policy = make()
     path = export_onnx(policy, tmp_path / "policy.onnx")
