@@ -354,11 +354,11 @@ def test_energy_score_descends_into_both_modes_where_regression_averages():
 
 @pytest.mark.parametrize("step_conditioned", [False, True])
 def test_mlp_backbone_descends_into_both_modes(step_conditioned):
-    policy = energy_mlp_policy()
+    make = partial(energy_mlp_policy, step_conditioned=step_conditioned)
+    policy = make()
     assert type(policy.model).__name__ == "DescentEnergyMLP" and policy.model.step_size.item() == 1.0
     # measured over training seeds 0-3: up 0.42-0.49, down 0.47-0.50, between 0.02-0.105;
     # step-conditioned: up 0.45-0.485, down 0.425-0.525, between 0.025-0.09
-    make = partial(energy_mlp_policy, step_conditioned=step_conditioned)
     up, down, between = _bimodal_fractions("energy_score", 4, make)
     assert up > 0.2 and down > 0.2 and between < 0.15, (up, down, between)
     with pytest.raises(ValueError, match="backbone"):
