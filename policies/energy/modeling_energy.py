@@ -121,11 +121,12 @@ def straight_through_clamp(a: torch.Tensor) -> torch.Tensor:
     return a + (a.clamp(-1.0, 1.0) - a).detach()
 
 
-def descend(model: EnergyTransformer, obs_n: torch.Tensor, init: torch.Tensor, n_steps: int,
+def descend(model: nn.Module, obs_n: torch.Tensor, init: torch.Tensor, n_steps: int,
             grad_clip: float | None = None, create_graph: bool = False) -> list[torch.Tensor]:
     """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE_k/da), -1, 1)`` for k = 0 .. n_steps - 1,
     the clamp straight-through (``straight_through_clamp``) so that saturated actions still get
     gradients; ``E_k`` is the model at ``step=k`` (one energy for all k unless ``step_conditioned``).
+    ``model``: an energy network of ``build_energy_model`` (``EnergyTransformer`` or ``DescentEnergyMLP``).
 
     obs_n (B, T, obs_dim), init (B, H, A) -> [a_1, ..., a_n_steps], each (B, H, A). With
     ``create_graph`` the steps stay differentiable w.r.t. the model (training); otherwise
