@@ -131,7 +131,8 @@ class EnvStepCallback(BaseCallback):
             self.bar.refresh()
         if n >= self._next_eval:
             self._next_eval += int(self.t.c["eval_every"])
-            self.t.record_eval(self.t.evaluate(int(self.t.c["eval"]["episodes_during_training"])))
+            self.t.record_eval(self.t.evaluate(int(self.t.c["eval"]["episodes_during_training"]),
+                                               self.t.validation_seed))
         if n >= self._next_ckpt:
             self._next_ckpt += int(self.t.c["checkpoint_every"])
             self.t.save_checkpoint()
@@ -207,21 +208,33 @@ class SteerTrainer:
         return model
 
     # evaluation ---------------------------------------------------------------------------
-    def evaluate(self, episodes: int) -> dict:
+    @property
+    def validation_seed(self) -> int:
+        """First env seed of the evaluations during training, which pick ``checkpoints/best``:
+        ``eval.validation_seed``, by default right after the final evaluation's seeds
+        (``eval.seed`` .. ``eval.seed + eval.episodes - 1``), so that the best is not picked on them."""
         e = self.c["eval"]
-        m = evaluate_agent(self.model, self.make_env, episodes, int(e["seed"]),
-                           deterministic=not self.stochastic)
+        seed = e.get("validation_seed")
+        return int(e["seed"]) + int(e["episodes"]) if seed is None else int(seed)
+
+    def evaluate(self, episodes: int, seed: int | None = None) -> dict:
+        """``episodes`` episodes of the agent from env seed ``seed`` (default: ``eval.seed``)."""
+        seed = int(self.c["eval"]["seed"]) if seed is None else int(seed)
+        m = evaluate_agent(self.model, self.make_env, episodes, seed, deterministic=not self.stochastic)
         return {"env_steps": self.env_steps, "wall_time": time.time() - self.start_time, **m}
 
     def record_eval(self, m: dict) -> None:
+        """Log an evaluation; one during training that beats the earlier ones also saves
+        ``checkpoints/best``. The final evaluation (``m["final"]``), on the reported seeds, saves it
+        only when no evaluation during training did (a run shorter than ``eval_every``)."""
         self.history.append(m)
         log.info("env step %d: %s", m["env_steps"], {k: round(v, 4) if isinstance(v, float) else v
                                                        for k, v in m.items()})
         if isinstance(self.model, SAC):
             for k in ("success_rate", "mean_return"):
                 self.model.logger.record(f"eval/{k}", m[k])
-        earlier = [h["success_rate"] for h in self.history[:-1]]
-        if self.mode == "latent" and (not earlier or m["success_rate"] > max(earlier)):
+        earlier = [h["success_rate"] for h in self.history[:-1] if not h.get("final")]
+        if self.mode == "latent" and (not earlier or (not m.get("final") and m["success_rate"] > max(earlier))):
             # steering's evaluations can dip late in training: keep the best steered policy too
             self.steered_policy().save(self.ckpt_dir / BEST / "policy")
 
@@ -309,6 +322,6 @@ class SteerTrainer:
             except DivergenceError as e:
                 raise DivergenceError(f"training diverged: {e}. Last good checkpoint: {latest}") from e
         self.save_checkpoint()
-        final = self.evaluate(int(self.c["eval"]["episodes"]))
+        final = {**self.evaluate(int(self.c["eval"]["episodes"])), "final": True}
         self.record_eval(final)
         return final

@@ -182,7 +182,7 @@ def train_dsrl(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, 
     write_json(run_dir / "eval_history.json", trainer.history)
     source, steps = c["model"].get("data", "behaviour"), int(sum(len(ep["obs"]) for ep in data))
     # demos are the base's imitation data, spent before steering with or without imagination: no new steps
-    best = max(trainer.history, key=lambda h: h["success_rate"])  # saved as checkpoints/best/policy
+    best = max(trainer.history, key=lambda h: h["success_rate"])  # the best of all evaluations, the final included
     return {"sim_success": final["success_rate"], "best_sim_success": best["success_rate"],
             "best_at_real_env_steps": best["env_steps"], "real_env_steps": trainer.env_steps,
             "imagined_env_steps": trainer.imagined_env_steps, "imagined_envs": n_imagined, "real_envs": real_envs,
