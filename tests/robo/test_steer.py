@@ -133,28 +133,37 @@ def test_training_evaluations_pick_the_best_on_other_seeds_than_the_final_one(tm
     from robo.steer import SteerTrainer
     from robo.steer.command import algo_config
 
-    calls, scores = [], iter([0.2, 0.6, 0.4, 1.0])  # three evaluations during training, then the final one
-
-    def scripted_evaluation(model, make_env, episodes, seed, deterministic=True):
-        calls.append((episodes, seed))
-        return {"success_rate": next(scores), "mean_return": 0.0, "mean_env_steps": 0.0, "episodes": episodes}
-
-    monkeypatch.setattr(trainer_module, "evaluate_agent", scripted_evaluation)
     algo = algo_config("dsrl", ["kwargs.learning_starts=5", "kwargs.gradient_steps=1", "policy_kwargs.net_arch=[8]"])
-    c = {"algo": algo, "total_env_steps": 24, "num_envs": 1, "seed": 0, "eval_every": 8, "checkpoint_every": 100,
-         "eval": {"episodes": 5, "episodes_during_training": 2, "seed": 1000}}
-    trainer = SteerTrainer(c, tmp_path, tiny_diffusion(), lambda: gym.make(TOY), progress=False)
-    saved = []
-    def save(policy, path):  # record the score of each evaluation that saved checkpoints/best
-        if "best" in str(path):
-            saved.append(trainer.history[-1]["success_rate"])
-    monkeypatch.setattr(trainer, "steered_policy", lambda: type("Stub", (), {"save": save})())
-    final = trainer.train()
+
+    def run(folder, eval_every, scores, **eval_config):
+        """A 24-env-step run whose evaluations score ``scores`` in turn -> (evaluations as (episodes, first
+        seed), the scores of the evaluations that saved checkpoints/best, the final evaluation)."""
+        calls, saved, scores = [], [], iter(scores)
+
+        def scripted_evaluation(model, make_env, episodes, seed, deterministic=True):
+            calls.append((episodes, seed))
+            return {"success_rate": next(scores), "mean_return": 0.0, "mean_env_steps": 0.0, "episodes": episodes}
+
+        def save(policy, path):
+            if "best" in str(path):
+                saved.append(trainer.history[-1]["success_rate"])
+
+        monkeypatch.setattr(trainer_module, "evaluate_agent", scripted_evaluation)
+        e = {"episodes": 5, "episodes_during_training": 2, "seed": 1000, **eval_config}
+        c = {"algo": algo, "total_env_steps": 24, "num_envs": 1, "seed": 0, "eval_every": eval_every,
+             "checkpoint_every": 100, "eval": e}
+        trainer = SteerTrainer(c, tmp_path / folder, tiny_diffusion(), lambda: gym.make(TOY), progress=False)
+        monkeypatch.setattr(trainer, "steered_policy", lambda: type("Stub", (), {"save": save})())
+        return calls, saved, trainer.train()
+
+    calls, saved, final = run("a", 8, [0.2, 0.6, 0.4, 1.0])  # three evaluations during training, then the final
     assert calls == [(2, 1005), (2, 1005), (2, 1005), (5, 1000)]  # training: 1005.., final: 1000..1004
     assert final["final"] and final["success_rate"] == 1.0
     assert saved == [0.2, 0.6]  # the best so far during training; the final evaluation's 1.0 picks nothing
-    c["eval"]["validation_seed"] = 7
-    assert SteerTrainer(c, tmp_path / "b", tiny_diffusion(), lambda: gym.make(TOY), progress=False).validation_seed == 7
+    calls, _, _ = run("b", 8, [0.0] * 4, validation_seed=7)
+    assert calls == [(2, 7), (2, 7), (2, 7), (5, 1000)]
+    calls, saved, _ = run("c", 100, [0.3])  # no evaluation during training: the final one keeps its policy
+    assert calls == [(5, 1000)] and saved == [0.3]
 
 
 def _robo(*args, cwd):
