@@ -86,7 +86,7 @@ class EnergyConfig(ChunkConfig):
     backbone: str = "transformer"  # transformer | mlp (an MLP over the flattened window and chunk, hidden_dims)
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp
     d_model: int = 64
-    actions_per_token: int = 1  # consecutive actions embedded in one token (horizon must be a multiple)
+    actions_per_token: int = 1  # transformer: consecutive actions embedded in one token (horizon must be a multiple)
     n_heads: int = 4
     n_layers: int = 2
     ff_dim: int = 128
@@ -117,8 +117,11 @@ class EnergyConfig(ChunkConfig):
             raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer' or 'mlp'")
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise ValueError(f"hidden_dims={self.hidden_dims} must be a non-empty list of positive widths")
-        if self.actions_per_token < 1 or self.horizon % self.actions_per_token:
-            raise ValueError(f"horizon={self.horizon} must be a multiple of actions_per_token={self.actions_per_token}")
+        if self.actions_per_token < 1:
+            raise ValueError(f"actions_per_token={self.actions_per_token} must be >= 1")
+        if self.backbone == "transformer" and self.horizon % self.actions_per_token:
+            raise ValueError(f"horizon={self.horizon} must be a multiple of actions_per_token={self.actions_per_token} "
+                             "(the transformer embeds that many actions per token; the MLP backbone takes any horizon)")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.n_steps < 1 or self.train_steps < 1:

@@ -284,6 +284,11 @@ def test_bad_configs_raise():
         ImplicitBCPolicy(ImplicitBCConfig(noise_shrink=0.0))
     with pytest.raises(ValueError, match="ema_max_decay"):
         EnergyPolicy(EnergyConfig(use_ema=True, ema_max_decay=1.0))
+    with pytest.raises(ValueError, match="multiple of actions_per_token"):
+        EnergyConfig(horizon=5, n_action_steps=2, actions_per_token=2).validate()
+    # the MLP backbone has no action tokens: any horizon
+    odd = EnergyPolicy(EnergyConfig(backbone="mlp", hidden_dims=[16], horizon=5, n_action_steps=2, actions_per_token=2))
+    assert odd.horizon == 5
 
 
 def test_relaxed_winner_takes_all_loss():
