@@ -37,6 +37,7 @@ import numpy as np
 from . import msp
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .threads import join_loops, start_loops
 from .betaflight_sitl import (BF_FROM_ROBO, PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude_to_rc,
                               betaflight_attitude_to_quat, betaflight_gyro_to_flu, pack_rc, state_to_fdm,
                               unpack_servo)
@@ -136,10 +137,7 @@ class BetaflightRobot:
             raise RobotError(f"could not open the MSP link {self.address}: {e}; check the address and that "
                              "the flight controller (or SITL) is running") from e
         self._running.set()
-        for target in (self._reader, self._poller):
-            t = threading.Thread(target=target, name=f"BetaflightRobot.{target.__name__}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads = start_loops("BetaflightRobot", (self._reader, self._poller))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._attitude is not None and self._gyro is not None:
@@ -265,9 +263,7 @@ class BetaflightRobot:
         if self._arm_request and not self._lost:
             self.disarm()
         self._running.clear()
-        for t in self._threads:
-            t.join(timeout=1.0)
-        self._threads.clear()
+        join_loops(self._threads)
         self._link.close()
         self._link = None
 

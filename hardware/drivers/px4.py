@@ -32,6 +32,7 @@ from pymavlink.dialects.v20 import common as mavlink
 
 from . import frames
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .threads import join_loops, start_loops
 from .px4_protocol import (FORCE_DISARM, PX4_MAIN_MODE_OFFBOARD, TELEMETRY, PX4Config, attitude_message,
                            check_command, motor_message, px4_main_mode)
 
@@ -83,10 +84,7 @@ class PX4Robot:
         self._tx.WIRE_PROTOCOL_VERSION = "2.0"
         self._rx = self._new_parser()
         self._stop.clear()
-        for target in (self._receive_loop, self._heartbeat_loop):
-            t = threading.Thread(target=target, name=f"px4-{target.__name__}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads = start_loops("px4", (self._receive_loop, self._heartbeat_loop))
         deadline = time.monotonic() + timeout
         if not self._wait(lambda: self._heartbeat is not None, deadline):
             self.close()
@@ -112,9 +110,7 @@ class PX4Robot:
             except RobotError:
                 pass
         self._stop.set()
-        for t in self._threads:
-            t.join(timeout=1.0)
-        self._threads.clear()
+        join_loops(self._threads)
         self._link.close()
         self._link = None
 
