@@ -64,7 +64,8 @@ class EnergyConfig(ChunkConfig):
     selects the mode, which is what steering needs.
     ``objective="energy_score"`` replaces that regression by the energy score over the M samples
     of each demo (a proper scoring rule: it rewards matching the demos' distribution, so
-    different guesses land in different modes by construction; needs M >= 2 and noise guesses).
+    different guesses land in different modes by construction; needs M >= 2 and noise guesses);
+    ``spread_weight`` < 1 weighs its spread term less, which sharpens the samples like a lower temperature.
     ``contrastive_weight`` > 0 adds an InfoNCE term (demo vs. ``n_negatives`` uniform chunks)
     that keeps the energy low at demonstrations, so the final energy is a usable uncertainty; with
     ``contrastive_negatives="descended"`` the negatives are the policy's own M descended samples
@@ -102,6 +103,7 @@ class EnergyConfig(ChunkConfig):
     loss_on: str = "all"  # all | last
     objective: str = "regression"  # regression (MSE / winner-takes-all) | energy_score (needs n_hypotheses >= 2)
     n_hypotheses: int = 1  # guesses per demo in training: winner-takes-all (regression, > 1) or energy-score samples
+    spread_weight: float = 1.0  # energy score: weight of its spread term; < 1 sharpens the samples (improper)
     hypothesis_mix: float = 0.1  # weight of the mean (vs. the min) over hypotheses
     contrastive_weight: float = 0.1
     n_negatives: int = 16
@@ -143,6 +145,9 @@ class EnergyConfig(ChunkConfig):
         if self.objective == "energy_score" and self.n_hypotheses < 2:
             raise ValueError(f"objective='energy_score' compares samples: needs n_hypotheses >= 2, "
                              f"got {self.n_hypotheses}")
+        if not 0 < self.spread_weight <= 1:
+            raise ValueError(f"spread_weight={self.spread_weight} must lie in (0, 1]: 1 is the proper energy score, "
+                             "less sharpens its samples (0 would collapse them onto the demos' median)")
         if self.contrastive_negatives not in ("uniform", "descended"):
             raise ValueError(f"unknown contrastive_negatives {self.contrastive_negatives!r}; "
                              "choose 'uniform' or 'descended'")

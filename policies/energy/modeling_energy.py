@@ -162,12 +162,16 @@ def hypothesis_loss(chunk: torch.Tensor, target: torch.Tensor, m: int, mix: floa
     return err.mean() if m == 1 else (1 - mix) * err.min(dim=1).values.mean() + mix * err.mean()
 
 
-def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float = 1e-8) -> torch.Tensor:
+def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float = 1e-8,
+                 spread_weight: float = 1.0) -> torch.Tensor:
     """Energy score (Gneiting & Raftery 2007), a strictly proper scoring rule for samples:
     chunk (B * m, H, A) holds m samples per demo, target (B * m, H, A) the demo repeated m times ->
-    ``mean_b [ mean_m |x_m - y| - 1 / (2 m (m - 1)) sum_{m != m'} |x_m - x_m'| ]`` (Euclidean norms
-    over the flattened chunk). Its minimizer is the demos' conditional distribution, not their mean:
-    the second term pays for spread, so samples from different initial guesses cover the modes."""
+    ``mean_b [ mean_m |x_m - y| - spread_weight / (2 m (m - 1)) sum_{m != m'} |x_m - x_m'| ]`` (Euclidean
+    norms over the flattened chunk). Its minimizer is the demos' conditional distribution, not their mean:
+    the second term pays for spread, so samples from different initial guesses cover the modes.
+    ``spread_weight`` < 1 makes it improper, like a lower temperature: well-separated modes keep their
+    place (for demos at +-1 the samples still settle at +-1), but each mode's samples draw together and
+    the likelier mode gains weight (p -> 1/2 + (p - 1/2) / spread_weight for two modes, within [0, 1])."""
     if m < 2:
         raise ValueError(f"the energy score needs >= 2 samples per demo, got n_hypotheses={m}")
     x = chunk.flatten(1).view(-1, m, chunk[0].numel())  # (B, m, H * A)
@@ -175,7 +179,7 @@ def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float =
     fit = ((x - y).pow(2).sum(-1) + eps).sqrt().mean(1)  # (B,)
     i, j = torch.triu_indices(m, m, offset=1)
     spread = ((x[:, i] - x[:, j]).pow(2).sum(-1) + eps).sqrt().mean(1)  # (B,) mean over unordered pairs
-    return (fit - 0.5 * spread).mean()
+    return (fit - 0.5 * spread_weight * spread).mean()
 
 
 def energy_of_candidates(model: nn.Module, obs_n: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
@@ -263,7 +267,7 @@ class EnergyPolicy(ChunkPolicyBase):
             m, obs_m, target = 1, obs_n, action_n
         chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True)
         if cfg.objective == "energy_score" and m > 1:
-            errors = torch.stack([energy_score(c, target, m) for c in chunks])
+            errors = torch.stack([energy_score(c, target, m, spread_weight=cfg.spread_weight) for c in chunks])
         else:
             errors = torch.stack([hypothesis_loss(c, target, m, cfg.hypothesis_mix) for c in chunks])
         if cfg.loss_on == "last":

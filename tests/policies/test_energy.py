@@ -327,6 +327,26 @@ def test_energy_score_loss_rewards_spread():
         EnergyConfig(objective="energy_score", n_hypotheses=1).validate()
 
 
+@pytest.mark.parametrize("spread_weight", [1.0, 0.5, 0.25])
+def test_a_lighter_spread_term_keeps_separated_modes_and_draws_each_mode_together(spread_weight):
+    from policies.energy.modeling_energy import energy_score
+
+    # two demos, at +1 and -1 (a chunk of 3 x 2 actions), 2 samples each, the samples at +a and -a
+    target = torch.cat([torch.ones(2, 3, 2), -torch.ones(2, 3, 2)])
+    scales = torch.linspace(0.0, 2.0, 41)
+    scores = [energy_score(a * torch.cat([torch.ones(1, 3, 2), -torch.ones(1, 3, 2)]).repeat(2, 1, 1), target, 2,
+                           spread_weight=spread_weight).item() for a in scales]
+    at_demos = scores[20]  # a = 1: the modes stay where the demos are (the proper score is flat beyond)
+    assert at_demos == pytest.approx(min(scores), abs=1e-3) and at_demos < scores[19] - 1e-2
+    # one demo (at 0), samples at +-s: the proper score is indifferent to s, a lighter spread term pulls them in
+    near, far = (s * torch.stack([torch.ones(3, 2), -torch.ones(3, 2)]) for s in (0.1, 1.0))
+    gap = energy_score(far, torch.zeros(2, 3, 2), 2, spread_weight=spread_weight) - energy_score(
+        near, torch.zeros(2, 3, 2), 2, spread_weight=spread_weight)
+    assert gap.item() == pytest.approx((1 - spread_weight) * 0.9 * 6 ** 0.5, abs=1e-3)
+    with pytest.raises(ValueError, match="spread_weight"):
+        EnergyConfig(objective="energy_score", n_hypotheses=4, spread_weight=0.0).validate()
+
+
 def _bimodal_fractions(objective: str, n_hypotheses: int, make=energy_policy) -> tuple[float, float, float]:
     """Train on demos that go to +0.7 or -0.7 (one fixed observation); fractions of 200 chunks
     descended from noise that land near +0.7, near -0.7, and in between."""
