@@ -22,11 +22,12 @@ START = HOVER + np.array([0.2, -0.2, 0.1])  # 0.3 m from the hover point
 # These tests fly the closed loop; the watchdog's own 50 ms limit is tested in tests/hardware/test_safety.py.
 # Here a looser limit keeps a loaded CI machine's scheduling stalls (a 55 ms gap was seen beside two other
 # jobs on 2 cores) from ending a flight as a watchdog timeout.
-FLIGHT_SAFETY = SafetyConfig(command_timeout=0.5)
+FLIGHT_COMMAND_TIMEOUT = 0.5  # s
 
 
 def _env(vehicle):
-    robot = SafetyLayer(PX4Robot(connection=f"udpout:{vehicle.address}"), FLIGHT_SAFETY)
+    robot = SafetyLayer(PX4Robot(connection=f"udpout:{vehicle.address}"),
+                        SafetyConfig(command_timeout=FLIGHT_COMMAND_TIMEOUT))
     robot.connect(3.0)
     e = RobotEnv(robot, RobotEnvConfig(hover_position=tuple(HOVER), max_steps=400, control_period=0.0))
     e.vehicle = vehicle
