@@ -10,13 +10,14 @@ their own settings. Success is evaluated over ``--episodes`` episodes of the run
 latency is the median wall time of one ``predict_chunk`` at batch 1 on this CPU (1 thread).
 ``--n-action-steps`` evaluates each setting with these execution horizons (actions executed per
 chunk before replanning, an inference setting; default: the checkpoint's own).
+Runs of ``task=quadrotor_tracking`` are scored by flying the task's held-out quadrotors (success: no crash
+and RMSE < ``task.eval.success_rmse``; ``rmse`` in m), and their demos' teacher gets a row on the same seeds.
 Prints one table.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import time
@@ -25,9 +26,11 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from policies.chunked import draw_noise, with_execution_horizon
+from policies.chunked import draw_noise, with_config, with_execution_horizon
 from policies.registry import load_policy
-from robo.imitation import evaluate_chunked_policy
+from robo.factory import policy_by_name
+from robo.imitation.command import evaluator
+from robo.imitation.evaluate import evaluate_flights
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 DIFFUSION_SETTINGS = [("ddim", 10), ("ddim", 100), ("dpmsolver", 10)]
@@ -51,19 +54,10 @@ def chunk_latency_ms(policy, repeats: int = 20) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
-def _with_config(policy, **changes):
-    """A shallow copy of ``policy`` (shared weights) with config fields changed."""
-    p = copy.copy(policy)
-    p.config = copy.copy(policy.config)
-    for k, v in changes.items():
-        setattr(p.config, k, v)
-    return p
-
-
 def variants(policy, settings):
     """(label, steps, policy) for each inference setting to measure."""
     if policy.kind == "energy":
-        return [("descent", k, _with_config(policy, n_steps=k)) for k in ENERGY_STEPS]
+        return [("descent", k, with_config(policy, n_steps=k)) for k in ENERGY_STEPS]
     if policy.kind == "implicit_bc":
         return [("dfo", policy.config.dfo_iters, policy)]
     if policy.kind != "diffusion":
@@ -71,7 +65,7 @@ def variants(policy, settings):
         return [(policy.kind, steps, policy)]
     out = []
     for scheduler, steps in settings:
-        out.append((scheduler, steps, _with_config(policy, inference_scheduler=scheduler, num_inference_steps=steps)))
+        out.append((scheduler, steps, with_config(policy, inference_scheduler=scheduler, num_inference_steps=steps)))
     return out
 
 
@@ -96,20 +90,30 @@ def rows_for_run(run: Path, episodes: int, settings, eval_settings: set[str],
             row = {"policy": policy.kind, "task": task["name"], "demos": cfg.get("demos") or task.get("demos"),
                    "train_steps": state["step"], "train_min": state["wall_time"] / 60, "sampler": label,
                    "inf_steps": steps, "exec": n_act, "chunk_ms": median_ms, "chunk_ms_min": min_ms,
-                   "success": float("nan"), "max_cover": float("nan"), "episodes": 0}
+                   "success": float("nan"), "max_cover": float("nan"), "rmse": float("nan"), "episodes": 0}
             if ((label, steps) == own and n_act == policy.n_action_steps and final.get("step") == state["step"]
                     and final.get("episodes", 0) >= episodes):
                 # the run's own final evaluation (same policy, sampler, execution horizon, env seeds)
-                row.update(success=final["success_rate"], max_cover=final["mean_max_reward"],
-                           episodes=final["episodes"])
+                row.update(_scores(final))
             elif evaluated:
-                e = task["eval"]
-                m = evaluate_chunked_policy(with_execution_horizon(p, n_act), task["env_id"], episodes,
-                                            seed=int(e["seed"]), num_envs=int(e.get("num_envs", 50)),
-                                            max_steps=e.get("max_steps"), env_kwargs=task.get("env_kwargs"))
-                row.update(success=m["success_rate"], max_cover=m["mean_max_reward"], episodes=episodes)
+                row.update(_scores({**evaluator(task, episodes)(with_execution_horizon(p, n_act), state["step"]),
+                                    "episodes": episodes}))
             rows.append(row)
     return rows
+
+
+def _scores(metrics: dict) -> dict:
+    """success, max_cover (push-T, toy) or rmse (m; quadrotor_tracking), episodes from evaluation metrics."""
+    return {"success": metrics["success_rate"], "max_cover": metrics.get("mean_max_reward", float("nan")),
+            "rmse": metrics.get("rmse", float("nan")), "episodes": metrics["episodes"]}
+
+
+def teacher_row(task: dict) -> dict:
+    """The demos' teacher (quadrotor_tracking) flown on the same seeds as the policies."""
+    teacher = task["demo_kwargs"]["teacher"]
+    m = evaluate_flights(policy_by_name(teacher), task["flight"], task["robot"], int(task["eval"]["episodes"]),
+                         seed=int(task["eval"]["seed"]), success_rmse=float(task["eval"]["success_rmse"]))
+    return {"policy": f"teacher: {teacher}", "task": task["name"], **_scores(m)}
 
 
 def main() -> None:
@@ -123,10 +127,15 @@ def main() -> None:
     torch.set_num_threads(1)
     horizons = [int(n) for n in args.n_action_steps.split(",")] if args.n_action_steps else None
     rows = []
+    teachers = {}
     for run in args.run:
         rows += rows_for_run(run, args.episodes, DIFFUSION_SETTINGS, set(args.eval.split(",")), horizons)
+        task = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=True)["task"]
+        if "flight" in task:
+            teachers.setdefault(json.dumps(task, sort_keys=True), task)
+    rows += [teacher_row(task) for task in teachers.values()]
     print_table(rows, ["policy", "task", "demos", "train_steps", "train_min", "sampler", "inf_steps", "exec",
-                       "chunk_ms", "chunk_ms_min", "success", "max_cover", "episodes"])
+                       "chunk_ms", "chunk_ms_min", "success", "max_cover", "rmse", "episodes"])
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def with_execution_horizon(policy: ChunkedPolicy, n_action_steps: int) -> Chunke
     n = int(n_action_steps)
     if n < 1 or n_action_steps != n:
         raise ValueError(f"n_action_steps must be a positive integer, got {n_action_steps!r}")
-    out = _with_config(policy, n_action_steps=n)
+    out = with_config(policy, n_action_steps=n)
     out.n_action_steps = n
     return out
 
@@ -97,10 +97,10 @@ def with_single_guess(policy: ChunkedPolicy) -> ChunkedPolicy:
     """
     if getattr(policy.config, "n_candidates", 1) == 1:
         return policy
-    return _with_config(policy, n_candidates=1)
+    return with_config(policy, n_candidates=1)
 
 
-def _with_config(policy: ChunkedPolicy, **changes) -> ChunkedPolicy:
+def with_config(policy: ChunkedPolicy, **changes) -> ChunkedPolicy:
     """A weight-sharing copy of ``policy`` with ``changes`` to its config (validated by the config's own
     checks) and empty queues."""
     config = dataclasses.replace(policy.config, **changes)
