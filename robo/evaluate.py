@@ -36,6 +36,12 @@ class Rollout:
             err[self.crashed_at[b]:T, b] = np.inf
         return err
 
+    def flight_rmse(self) -> np.ndarray:
+        """(B,) root-mean-square distance to the reference over the second half of each flight, m;
+        inf for flights that crashed."""
+        half = self.position_error[len(self.times) // 2:]
+        return np.sqrt((half ** 2).mean(axis=0))
+
 
 @torch.no_grad()
 def rollout(policy: Policy, task: BatchedQuadrotorTask, seconds: float, progress: bool = False) -> Rollout:

@@ -16,7 +16,7 @@ from robo.run_dir import check_resume_config, write_json, write_resolved_config
 
 from .data import ChunkWindows, compute_stats
 from .distill import DistillConfig, teacher_labels
-from .evaluate import evaluate_chunked_policy
+from .evaluate import evaluate_chunked_policy, evaluate_flights
 from .sources import load_episodes, make_imitation_policy
 from .trainer import ImitationTrainer, TrainConfig
 
@@ -39,8 +39,12 @@ def _check(cfg: DictConfig) -> None:
 
 def evaluator(task: dict, episodes: int, video_dir: Path | None = None, video_name: str | None = None):
     """(policy, step) -> evaluation metrics in the task's env (``episodes`` episodes); the video of
-    episode 0 goes to ``video_dir/video_name`` (default ``step_<step>.mp4``)."""
+    episode 0 goes to ``video_dir/video_name`` (default ``step_<step>.mp4``). A task with a ``flight``
+    node (quadrotor_tracking) flies that batched quadrotor task instead (no video)."""
     e = task["eval"]
+    if "flight" in task:
+        return lambda policy, step: evaluate_flights(policy, task["flight"], task["robot"], episodes,
+                                                     seed=int(e["seed"]), success_rmse=float(e["success_rmse"]))
 
     def evaluate(policy, step: int) -> dict:
         video = video_dir / (video_name or f"step_{step:07d}.mp4") if video_dir is not None else None
@@ -83,4 +87,5 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     write_json(run_dir / "metrics.json", metrics)
     plot_learning_curve(trainer.history, run_dir / "plots" / "learning_curve.png",
                         title=f"{pcfg['kind']} on {task['name']}")
-    return {k: metrics[k] for k in ("step", "success_rate", "mean_max_reward", "train_wall_time", "episodes")}
+    return {k: metrics[k] for k in ("step", "success_rate", "mean_max_reward", "rmse", "crash_rate",
+                                    "train_wall_time", "episodes") if k in metrics}

@@ -87,3 +87,14 @@ def quadrotor_demos(teacher, num_episodes: int, task: dict | str = "hover", robo
     act = torch.stack(pilot.labels).numpy()
     return [{"obs": obs[:, b], "action": act[:, b], "reward": rew[:, b]}
             for b in range(num_episodes) if lengths[b] == len(obs)]
+
+
+def teacher_flights(num_episodes: int, seed: int = 0, teacher: str = "raptor", task: dict | str = "figure_eight",
+                    robot: dict | str = "crazyflie", action_noise: float = 0.1,
+                    seconds: float | None = None) -> list[Episode]:
+    """The demo generator of imitation task ``quadrotor_tracking``: ``teacher`` (``"raptor"``, RAPTOR's
+    released policy, or a robo checkpoint folder) flies ``num_episodes`` quadrotors on ``task`` with
+    DART action noise ``action_noise`` (``quadrotor_demos``: obs (T, 22), clean actions (T, 4))."""
+    from robo.factory import policy_by_name
+
+    return quadrotor_demos(policy_by_name(teacher), num_episodes, task, robot, action_noise, seed, seconds)

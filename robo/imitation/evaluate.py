@@ -1,4 +1,5 @@
-"""Roll out a chunked policy in gymnasium envs: success rate, mean max reward, a video."""
+"""Roll out a chunked policy in gymnasium envs (success rate, mean max reward, a video) or in the
+batched quadrotor sim (tracking error, crashes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from policies.base import Policy
 from policies.chunked import ChunkedPolicy, draw_noise
+from robo.evaluate import flight_metrics, rollout
+from robo.factory import make_task
 
 EnvFactory = Callable[..., gym.Env]
 
@@ -87,6 +91,39 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
         write_video(video_path, frames)
     return {"success_rate": float(np.mean(successes)), "mean_max_reward": float(np.mean(max_rewards)),
             "mean_return": float(np.mean(returns)), "mean_length": float(np.mean(lengths)), "episodes": episodes}
+
+
+class _SeededNoise:
+    """A chunked policy whose initial noise comes from ``generator`` (the Policy protocol's act(obs))."""
+
+    def __init__(self, policy: ChunkedPolicy, generator: torch.Generator):
+        self.policy, self.generator = policy, generator
+
+    def reset(self, mask=None) -> None:
+        self.policy.reset()
+
+    def act(self, obs):
+        return self.policy.act(obs, noise=draw_noise(self.policy, len(obs), self.generator))
+
+
+def evaluate_flights(policy: ChunkedPolicy | Policy, flight_task: dict, robot: dict, episodes: int = 64, seed: int = 0,
+                     success_rmse: float = 0.25) -> dict[str, float]:
+    """Fly ``policy`` (a chunked policy, or any robo policy such as the demos' teacher) on ``episodes``
+    quadrotors of the batched task ``flight_task`` (a task config node, e.g. figure_eight) with ``robot`` for
+    the task's episode length; starts and the policy's noise are seeded by ``seed``. Returns
+    ``robo.evaluate.flight_metrics`` (errors in m) with ``success_rate`` replaced by the tracking success:
+    the fraction of flights that do not crash and whose RMSE over the second half of the flight is below
+    ``success_rmse`` m (``hover_success_rate`` keeps the final error < 10 cm one), plus ``crash_rate``
+    and ``episodes``."""
+    if not (np.isfinite(success_rmse) and success_rmse > 0):
+        raise ValueError(f"success_rmse must be a positive number of metres, got {success_rmse}")
+    task = make_task(flight_task, robot, {"backend": "batched"}, episodes, seed=seed)
+    pilot = _SeededNoise(policy, torch.Generator().manual_seed(seed)) if hasattr(policy, "noise_shape") else policy
+    flights = rollout(pilot, task, task.config.episode_seconds)
+    metrics = flight_metrics(flights)
+    return {**metrics, "hover_success_rate": metrics["success_rate"],
+            "success_rate": float((flights.flight_rmse() < success_rmse).mean()),
+            "crash_rate": metrics["crashes"] / episodes, "episodes": episodes}
 
 
 def write_video(path: str | Path, frames: list[np.ndarray], fps: float = 10.0) -> Path:
