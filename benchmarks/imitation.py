@@ -34,7 +34,7 @@ from robo.imitation.evaluate import evaluate_flights
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 DIFFUSION_SETTINGS = [("ddim", 10), ("ddim", 100), ("dpmsolver", 10)]
-ENERGY_STEPS = (1, 2, 4)  # gradient-descent steps of the energy policy, a row each
+ENERGY_STEPS = (1, 2, 4)  # gradient-descent steps of the energy policy, a row each (+ its own)
 
 
 def chunk_latency_ms(policy, repeats: int = 20) -> tuple[float, float]:
@@ -57,7 +57,9 @@ def chunk_latency_ms(policy, repeats: int = 20) -> tuple[float, float]:
 def variants(policy, settings):
     """(label, steps, policy) for each inference setting to measure."""
     if policy.kind == "energy":
-        return [("descent", k, with_config(policy, n_steps=k)) for k in ENERGY_STEPS]
+        c = policy.config  # its own steps too; per-step energies exist for train_steps steps only
+        steps = sorted(k for k in {*ENERGY_STEPS, c.n_steps} if not c.step_conditioned or k <= c.train_steps)
+        return [("descent", k, with_config(policy, n_steps=k)) for k in steps]
     if policy.kind == "implicit_bc":
         return [("dfo", policy.config.dfo_iters, policy)]
     if policy.kind != "diffusion":
