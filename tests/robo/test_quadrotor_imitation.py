@@ -76,3 +76,11 @@ def test_cli_trains_a_chunked_policy_on_raptor_flights_and_flies_it(tmp_path, po
     assert config["kind"] == policy and config["config"]["obs_dim"] == 22 and config["config"]["action_dim"] == 4
     # the task's presets (configs/task_policy/quadrotor_tracking_*.yaml): 4 of each chunk executed
     assert config["config"]["n_action_steps"] == 4
+    # robo eval flies a checkpoint on the starts the trainer's final evaluation used: the same scores
+    r = robo("eval", "task=quadrotor_tracking", "task.eval.episodes=4", "task.flight.episode_seconds=2", "threads=1",
+             "policy=checkpoint", f"policy.path={run / 'checkpoints' / 'latest' / 'policy'}",
+             f"hydra.run.dir={tmp_path / 'eval'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    scored = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert (scored["success_rate"], scored["crashes"]) == (metrics["success_rate"], metrics["crashes"])
+    assert scored["final_median_position_error"] == pytest.approx(metrics["final_median_position_error"], rel=1e-4)
