@@ -30,7 +30,6 @@ from policies.chunked import draw_noise, with_config, with_execution_horizon
 from policies.registry import load_policy
 from robo.factory import policy_by_name
 from robo.imitation.command import evaluator
-from robo.imitation.evaluate import evaluate_flights
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 DIFFUSION_SETTINGS = [("ddim", 10), ("ddim", 100), ("dpmsolver", 10)]
@@ -113,8 +112,7 @@ def _scores(metrics: dict) -> dict:
 def teacher_row(task: dict) -> dict:
     """The demos' teacher (quadrotor_tracking) flown on the same seeds as the policies."""
     teacher = task["demo_kwargs"]["teacher"]
-    m = evaluate_flights(policy_by_name(teacher), task["flight"], task["robot"], int(task["eval"]["episodes"]),
-                         seed=int(task["eval"]["seed"]), success_rmse=float(task["eval"]["success_rmse"]))
+    m = evaluator(task, int(task["eval"]["episodes"]))(policy_by_name(teacher), 0)
     return {"policy": f"teacher: {teacher}", "task": task["name"], **_scores(m)}
 
 
