@@ -10,20 +10,28 @@ from .data import Episode
 
 
 def pusht_demos(num_episodes: int, seed: int = 0, successful_only: bool = True,
-                max_attempts_factor: int = 3, noise_std: float | None = None) -> list[Episode]:
+                max_attempts_factor: int = 3, noise_std: float | None = None,
+                dart_std: float = 0.0) -> list[Episode]:
     """Push-T state demos from ``sims.pusht.expert.PushTExpert``: [{"obs": (T, 5), "action": (T, 2),
     "reward": (T,)}]. Attempt k is reset with seed ``seed * 1_000_003 + k``; failures are skipped
     when ``successful_only`` (up to ``max_attempts_factor * num_episodes`` attempts).
     ``noise_std`` (m) overrides the expert's Gaussian action noise; the noisy actions are both
-    executed and recorded, so a larger value gives noisy demos (a weak base for steering)."""
+    executed and recorded, so a larger value gives noisy demos (a weak base for steering).
+    ``dart_std`` (m) > 0 adds N(0, dart_std^2) to the executed pusher target only and keeps the
+    expert's action as the label (DART, as ``quadrotor_demos`` does): the demos then show the expert
+    recovering from the drift a learner makes."""
     import sims  # noqa: F401  (registers robo/PushT-v0)
     from sims.pusht.expert import ExpertConfig, PushTExpert
 
     if noise_std is not None and not (np.isfinite(noise_std) and noise_std >= 0):
         raise ValueError(f"noise_std must be a finite number >= 0 (m), got {noise_std}")
+    if not (np.isfinite(dart_std) and dart_std >= 0):
+        raise ValueError(f"dart_std must be a finite number >= 0 (m), got {dart_std}")
     env = gym.make("robo/PushT-v0", obs_type="state", render_mode=None)
     config = ExpertConfig() if noise_std is None else ExpertConfig(noise_std=float(noise_std))
     expert = PushTExpert(config, seed=seed)
+    dart = np.random.default_rng([seed, 1])
+    half = env.unwrapped.cfg.half_size
     episodes: list[Episode] = []
     for k in range(max_attempts_factor * num_episodes):
         if len(episodes) == num_episodes:
@@ -36,6 +44,8 @@ def pusht_demos(num_episodes: int, seed: int = 0, successful_only: bool = True,
             action = expert.act(obs)
             rows["obs"].append(obs)
             rows["action"].append(action)
+            if dart_std > 0:
+                action = np.clip(action + dart.normal(0.0, dart_std, 2), -half, half).astype(np.float32)
             obs, reward, term, trunc, info = env.step(action)
             rows["reward"].append(reward)
             done = term or trunc

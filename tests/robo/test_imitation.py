@@ -298,3 +298,21 @@ def test_noisy_pusht_demos_record_the_noisy_actions_they_execute():
     assert jitter(noisy) > 1.5 * jitter(clean), (jitter(clean), jitter(noisy))  # measured 0.0104 vs 0.0189
     with pytest.raises(ValueError, match="noise_std"):
         pusht_demos(1, noise_std=-0.01)
+
+
+def test_dart_pusht_demos_label_the_experts_action_at_the_drifted_states():
+    from robo.imitation.demos import pusht_demos
+    from sims.pusht.expert import PushTExpert
+
+    clean = pusht_demos(1, seed=0)[0]
+    dart = pusht_demos(1, seed=0, dart_std=0.005)[0]
+    # the executed noise moves the pusher off the expert's path ...
+    n = min(len(clean["obs"]), len(dart["obs"]))
+    assert np.abs(dart["obs"][:n, :2] - clean["obs"][:n, :2]).max() > 0.005
+    # ... but every label is the expert's own action at the state actually visited
+    expert = PushTExpert(seed=0)
+    expert.reset()
+    relabelled = np.stack([expert.act(o) for o in dart["obs"]])
+    np.testing.assert_array_equal(relabelled, dart["action"])
+    with pytest.raises(ValueError, match="dart_std"):
+        pusht_demos(1, dart_std=float("nan"))
