@@ -67,6 +67,8 @@ def main() -> None:
                          "e.g. '{}' '{\"name\": \"figure_eight\"}' for hover and a figure-eight; default: hover only")
     ap.add_argument("--ema-decay", type=float, default=DaggerConfig.ema_decay,
                     help="validate and keep a moving average of the students' weights (0: the raw weights)")
+    ap.add_argument("--label-feedforward", type=float, default=DaggerConfig.label_feedforward, metavar="S2",
+                    help="teachers label moving references as if aiming this x the reference acceleration ahead")
     ap.add_argument("--seed", type=int, default=0, help="samples the teachers' quadrotors (not the held-out set)")
     ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
                     help="also distil from these runs' done teachers (e.g. a run with another --seed)")
@@ -88,7 +90,7 @@ def main() -> None:
                    "validation_quadrotors": args.validation, "restarts": args.restarts,
                    "variants_per_teacher": args.variants, "variant_scale": args.variant_scale,
                    "tasks": args.dagger_tasks,
-                   "ema_decay": args.ema_decay},
+                   "ema_decay": args.ema_decay, "label_feedforward": args.label_feedforward},
         "eval": {"quadrotors": args.quadrotors, "starts": args.starts}})
     t0 = time.time()
     manifest = run_teachers(cfg, args.run_dir)

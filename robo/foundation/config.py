@@ -79,7 +79,11 @@ class DaggerConfig:
     optimizer steps (``policies.ema``: the decay warms up to ``ema_decay``); the average is what is
     validated, kept and returned, while the raw student flies to collect the data. At 64 teachers it
     raised held-out hover success over DAgger seeds 0-4 from a mean of 0.75 to 0.89 in 10
-    iterations, 0.95 in 15 (README)."""
+    iterations, 0.95 in 15 (README).
+    ``label_feedforward`` (s^2, 0: off): on a moving reference (a figure-eight in ``tasks``) the teachers
+    label as if they aimed that many times the reference's acceleration ahead
+    (``robo.foundation.fleet.feedforward_observations``), which removes most of their tracking lag; the
+    student still reads the plain errors and must infer the lead from its history."""
 
     envs_per_teacher: int = 16
     iterations: int = 15
@@ -101,6 +105,7 @@ class DaggerConfig:
     variant_scale: float = 0.1
     tasks: list[dict] = field(default_factory=lambda: [{}])
     ema_decay: float | None = 0.999
+    label_feedforward: float = 0.0
     seed: int = 0
 
 
@@ -173,6 +178,9 @@ class FoundationRunConfig:
             raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
         if self.dagger.ema_decay is not None and not 0.0 <= self.dagger.ema_decay < 1.0:
             raise ValueError(f"dagger.ema_decay must lie in [0, 1) or be null, got {self.dagger.ema_decay}")
+        if not 0.0 <= self.dagger.label_feedforward < float("inf"):
+            raise ValueError(f"dagger.label_feedforward must be finite and >= 0 (s^2), got "
+                             f"{self.dagger.label_feedforward}")
         if not self.dagger.learning_rate > 0:
             raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
         if self.dagger.final_learning_rate is not None and not self.dagger.final_learning_rate > 0:

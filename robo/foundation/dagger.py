@@ -24,7 +24,7 @@ from policies.ema import make_ema
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
 from robo.foundation.config import DaggerConfig, merged_task
-from robo.foundation.fleet import Labeller, TeacherEnsemble, make_dagger_task
+from robo.foundation.fleet import Labeller, TeacherEnsemble, feedforward_observations, make_dagger_task
 from robo.foundation.trim import trimmed_variants
 from sims.envs import OBS_DIM
 from sims.envs.task import BatchedQuadrotorTask
@@ -77,10 +77,11 @@ class Sequences:
 
 @torch.no_grad()
 def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsemble | Labeller, steps: int,
-            beta: float, generator: torch.Generator) -> tuple[Sequences, dict]:
+            beta: float, generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
     """Fly the student (the teacher's action instead with probability ``beta`` per env and step)
     for ``steps`` steps from fresh starts; envs that terminate restart at once. ``teachers`` label
-    (a ``Labeller`` carries each env's trim)."""
+    (a ``Labeller`` carries each env's trim); with ``feedforward`` > 0 (s^2) they label a moving
+    reference as if led ``feedforward`` times its acceleration ahead (``feedforward_observations``)."""
     labeller = teachers if isinstance(teachers, Labeller) else Labeller(teachers)
     B = task.num_envs
     obs = task.reset()
@@ -92,7 +93,7 @@ def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsem
         h = torch.where(starts[:, None], initial_hidden(model, B), h)
         student_obs = obs[:, :OBS_DIM]
         action, h = student_step(model, student_obs, h)
-        label = labeller.act(obs)
+        label = labeller.act(feedforward_observations(obs, task, feedforward) if feedforward else obs)
         use_teacher = torch.rand(B, generator=generator) < beta
         rec_obs.append(student_obs)
         rec_labels.append(label)
@@ -153,9 +154,9 @@ def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task:
 
 
 def collect_fleets(fleets: list[tuple[BatchedQuadrotorTask, Labeller]], model: nn.Module, steps: int, beta: float,
-                   generator: torch.Generator) -> tuple[Sequences, dict]:
+                   generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
     """``collect`` on every fleet; the sequences are joined along the env axis (T, sum B, ...)."""
-    parts = [collect(sim, model, labeller, steps, beta, generator) for sim, labeller in fleets]
+    parts = [collect(sim, model, labeller, steps, beta, generator, feedforward) for sim, labeller in fleets]
     data = Sequences(*(torch.cat([getattr(d, f.name) for d, _ in parts], 1) for f in dataclasses.fields(Sequences)))
     envs = [sim.num_envs for sim, _ in fleets]
     stats = {"beta": beta, "crashes": sum(s["crashes"] for _, s in parts),
@@ -199,7 +200,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         beta = cfg.beta_start * cfg.beta_decay ** it
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, it)
-        data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen)
+        data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen, cfg.label_feedforward)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()
         loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen, update) for _ in range(cfg.epochs)

@@ -5,6 +5,7 @@ the teachers' quadrotors (or their variants), the held-out evaluation's the held
 ``TeacherEnsemble`` evaluates N same-architecture teachers in one ``vmap``; ``Labeller`` is that
 ensemble as a batched robo policy, each env labelled by its own teacher, optionally with a per-env
 shift of the position error it reads (a trim, see ``robo.foundation.trim``).
+``feedforward_observations`` lets teachers label a moving reference as if they fed its acceleration forward.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sims.quadrotor import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams
 
 POSITION = OBS_SLICES["position_error"]
+VELOCITY = OBS_SLICES["velocity_error"]
 
 
 class TeacherEnsemble:
@@ -86,6 +88,19 @@ class Labeller:
             x = x.clone()
             x[:, POSITION] += self.shift.to(x.dtype)
         return self.ensemble(x.reshape(n, x.shape[0] // n, -1)).reshape(x.shape[0], -1)
+
+
+def feedforward_observations(obs: torch.Tensor, task: BatchedQuadrotorTask, gain: float) -> torch.Tensor:
+    """``obs`` (B, D) as a controller reads them that aims ``gain`` (s^2) times the reference acceleration
+    ahead: at ``p_ref + gain a_ref`` with velocity ``v_ref + gain j_ref`` (jerk), which cancels the lag of
+    a controller that pulls its acceleration towards ``-(p - p_ref) / gain``. A copy; ``obs`` unchanged."""
+    if not (gain >= 0 and np.isfinite(gain)):
+        raise ValueError(f"feedforward gain must be finite and >= 0 (s^2), got {gain}")
+    acc, jerk = task.reference_derivatives()
+    out = obs.clone()
+    out[:, POSITION] -= gain * acc.to(obs.dtype)
+    out[:, VELOCITY] -= gain * jerk.to(obs.dtype)
+    return out
 
 
 def make_dagger_task(task: dict | str, quads: list[QuadrotorParams], k: int, seed: int) -> BatchedQuadrotorTask:

@@ -49,6 +49,15 @@ def _figure_eight(A: torch.Tensor | float, w: torch.Tensor | float,
     return pos, vel
 
 
+def _figure_eight_derivatives(A: torch.Tensor | float, w: torch.Tensor | float,
+                              wt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Acceleration (B, 3), m/s^2, and jerk (B, 3), m/s^3, of ``_figure_eight`` at phases ``wt`` (B,)."""
+    zero = torch.zeros_like(wt)
+    acc = torch.stack([-A * w ** 2 * torch.sin(wt), -2 * A * w ** 2 * torch.sin(2 * wt), zero], -1)
+    jerk = torch.stack([-A * w ** 3 * torch.cos(wt), -4 * A * w ** 3 * torch.cos(2 * wt), zero], -1)
+    return acc, jerk
+
+
 def quadrotor_reward(e_p: torch.Tensor, q_w: torch.Tensor, e_v: torch.Tensor, w: torch.Tensor,
                      action: torch.Tensor, hover_action: torch.Tensor, r: RewardConfig,
                      previous_action: torch.Tensor | None = None) -> torch.Tensor:
@@ -121,16 +130,27 @@ class BatchedQuadrotorTask:
     # References -----------------------------------------------------------
     def reference(self, t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reference position (B, 3) and velocity (B, 3), world frame, at times ``t`` (B,) s."""
-        t = self.sim.time if t is None else t
         if self.config.name != "figure_eight":
             return self.origin, torch.zeros_like(self.origin)
+        pos, vel = _figure_eight(*self._figure_eight_phase(t))
+        return self.origin + pos, vel
+
+    def reference_derivatives(self, t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reference acceleration (B, 3), m/s^2, and jerk (B, 3), m/s^3, world frame, at times ``t`` (B,) s:
+        what a tracking controller would feed forward (zero for a still reference)."""
+        if self.config.name != "figure_eight":
+            return torch.zeros_like(self.origin), torch.zeros_like(self.origin)
+        return _figure_eight_derivatives(*self._figure_eight_phase(t))
+
+    def _figure_eight_phase(self, t: torch.Tensor | None):
+        """(amplitude m, rate rad/s, phase (B,) rad) of the figure-eight at times ``t`` (default: now)."""
+        t = self.sim.time if t is None else t
         cfg = self.config
         if cfg.figure_eight_randomization.enabled:
             A, w, phase = self.amplitude, self.omega, self.phase
         else:  # the config's values, which a curriculum may change between steps
             A, w, phase = cfg.figure_eight_amplitude, 2 * math.pi / cfg.figure_eight_period, 0.0
-        pos, vel = _figure_eight(A, w, w * t + phase)
-        return self.origin + pos, vel
+        return A, w, w * t + phase
 
     def _draw_figure_eight(self, idx: torch.Tensor) -> None:
         """Draw the figure-eight shapes of envs ``idx`` (config.figure_eight_randomization)."""

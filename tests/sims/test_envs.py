@@ -126,6 +126,17 @@ def test_randomized_figure_eights_draw_a_shape_per_episode_and_start_on_it():
     t = torch.full((256,), 1.3)
     dp = (core.reference(t + 1e-3)[0] - core.reference(t - 1e-3)[0]) / 2e-3
     np.testing.assert_allclose(dp.numpy(), core.reference(t)[1].numpy(), atol=2e-3)
+    # and the acceleration and jerk are the derivatives of the velocity and the acceleration
+    h = torch.tensor(1e-3, dtype=torch.float64)
+    t = t.double()
+    acc, jerk = core.reference_derivatives(t)
+    dv = (core.reference(t + h)[1] - core.reference(t - h)[1]) / (2 * h)
+    da = (core.reference_derivatives(t + h)[0] - core.reference_derivatives(t - h)[0]) / (2 * h)
+    assert acc.abs().max() > 1.0
+    np.testing.assert_allclose(dv.numpy(), acc.numpy(), atol=2e-3)
+    np.testing.assert_allclose(da.numpy(), jerk.numpy(), atol=2e-3)
+    still = QuadrotorVectorEnv(4, "hover").core.reference_derivatives()
+    assert all(torch.equal(x, torch.zeros(4, 3, dtype=x.dtype)) for x in still)
     # a reset redraws only the envs reset
     before = core.amplitude.clone()
     mask = torch.zeros(256, dtype=torch.bool)
