@@ -11,7 +11,7 @@ nominal Crazyflie, so it flies a heavier one. Prints one table of tracking error
 2. Imitation: a diffusion policy with the residual-MLP denoiser (``ImitationTrainer``), ``--bc-steps``.
 3. Evaluation: hover from the task's random starts (0.5 m, 30 deg), ``--episodes`` quadrotors in the
    batched sim, nominal and ``--mass-scale`` times heavier: final median error, RMSE over the second
-   half, crashes (``robo.evaluate.flight_metrics``).
+   half, crashes (``robo.imitation.evaluate.evaluate_flights``: starts and diffusion noise seeded).
 4. DSRL (configs/algo/dsrl.yaml with ``reward=env``) on one heavy quadrotor env for ``--budget`` env
    steps; the steering reward is the hover reward with a stronger position term (``--w-position``,
    ``--w-position-abs``). The steered policy is evaluated like the base.
@@ -29,10 +29,9 @@ from omegaconf import OmegaConf
 
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policies.registry import load_policy
-from robo.evaluate import flight_metrics, rollout
-from robo.factory import make_task
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.demos import quadrotor_demos
+from robo.imitation.evaluate import evaluate_flights
 from robo.imitation.trainer import ImitationTrainer, TrainConfig
 from robo.steer import SteerTrainer
 from robo.steer.command import algo_config
@@ -42,6 +41,7 @@ from table import print_table  # benchmarks/table.py (this folder is on sys.path
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 NOMINAL = {"preset": "crazyflie"}
+EVAL_SEED = 12345  # the starts and the diffusion noise of every evaluation
 
 
 def imitate(args, task: dict) -> tuple[DiffusionPolicy, dict]:
@@ -56,11 +56,6 @@ def imitate(args, task: dict) -> tuple[DiffusionPolicy, dict]:
                       checkpoint_every=args.bc_steps, log_every=500)
     ImitationTrainer(policy, windows, cfg, args.out / "imitation").train(progress=False)
     return policy, {"demos": len(demos), "imitation_min": (time.time() - t0) / 60}
-
-
-def score(policy, task: dict, robot: dict, episodes: int) -> dict:
-    t = make_task(task, robot, {"backend": "batched"}, episodes, seed=12345)
-    return flight_metrics(rollout(policy, t, t.config.episode_seconds))
 
 
 def main() -> None:
@@ -85,7 +80,8 @@ def main() -> None:
     task = OmegaConf.to_container(OmegaConf.load(CONFIGS / "task" / "hover.yaml"), resolve=True)
     heavy = {"preset": "crazyflie", "mass": preset("crazyflie").mass * args.mass_scale}
     base, info = imitate(args, task) if args.teacher else (load_policy(args.base), {})
-    rows = [{"policy": "diffusion base", "robot": robot, **score(base, task, r, args.episodes)}
+    rows = [{"policy": "diffusion base", "robot": robot,
+             **evaluate_flights(base, task, r, args.episodes, seed=EVAL_SEED)}
             for robot, r in (("nominal", NOMINAL), (f"{args.mass_scale:g}x mass", heavy))]
     steer_task = {**task, "reward": {**task["reward"], "position": args.w_position,
                                      "position_abs": args.w_position_abs}}
@@ -98,7 +94,7 @@ def main() -> None:
     trainer.train()
     steered = trainer.steered_policy()
     rows += [{"policy": f"DSRL, {trainer.env_steps} env steps ({(time.time() - t0) / 60:.1f} min)", "robot": robot,
-              **score(steered, task, r, args.episodes)}
+              **evaluate_flights(steered, task, r, args.episodes, seed=EVAL_SEED)}
              for robot, r in (("nominal", NOMINAL), (f"{args.mass_scale:g}x mass", heavy))]
     if info:
         print(f"imitation: {info['demos']} demos, {info['imitation_min']:.1f} min")
