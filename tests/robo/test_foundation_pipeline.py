@@ -189,7 +189,7 @@ def test_feedforward_labels_read_the_errors_to_a_reference_led_by_its_accelerati
     data, _ = collect_fleets(fleets, make_student("gru", cfg), 30, 0.0, torch.Generator().manual_seed(0),
                              cfg.label_feedforward)
     eight = fleets[1][0]
-    acc, jerk = eight.reference_derivatives()  # the last step's: data.obs[-1] was seen one step before
+    acc, jerk = eight.reference_derivatives()  # at the figure-eight sim's current time, as its observe()
     led = feedforward_observations(eight.observe(), eight, 0.1)
     torch.testing.assert_close(led[:, 0:3], eight.observe()[:, 0:3] - 0.1 * acc.float())
     torch.testing.assert_close(led[:, 12:15], eight.observe()[:, 12:15] - 0.1 * jerk.float())
