@@ -411,6 +411,23 @@ def test_yaml_config_mirrors_the_dataclass():
     assert c.dagger.tasks == [{}, {"name": "figure_eight", "figure_eight_period": 8.0}]
 
 
+def test_the_tracking_preset_changes_only_the_students_recipe():
+    """``+experiment=foundation_tracking`` sets the measured tracking recipe and nothing else."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("robo.configs", version_base="1.3"):
+        c = FoundationRunConfig.from_dict(OmegaConf.to_container(
+            compose("foundation", overrides=["+experiment=foundation_tracking", "teachers=4"]), resolve=True))
+    default = FoundationRunConfig()
+    assert c.teachers == 4 and c.teacher == default.teacher and c.eval == default.eval
+    assert (c.dagger.gru_hidden, c.dagger.label_feedforward) == (32, 0.05)
+    fig8 = c.dagger.tasks[1]
+    assert c.dagger.tasks[0] == {} and fig8["name"] == "figure_eight"
+    assert fig8["figure_eight_randomization"]["amplitude"] == [0.5, 1.5]
+    assert dataclasses.replace(c.dagger, gru_hidden=16, label_feedforward=0.0, tasks=[{}]) == default.dagger
+
+
 def test_teachers_of_several_runs_pool_by_mass(tmp_path):
     """``Manifest.pooled``: the done teachers of two runs (e.g. two seeds), sorted by mass, so
     ``load_teachers(count)`` still spreads a subset over the whole mass range."""
