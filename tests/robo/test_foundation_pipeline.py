@@ -421,6 +421,7 @@ def test_the_tracking_preset_changes_only_the_students_recipe():
             compose("foundation", overrides=["+experiment=foundation_tracking", "teachers=4"]), resolve=True))
     default = FoundationRunConfig()
     assert c.teachers == 4 and c.teacher == default.teacher and c.eval == default.eval
+    assert c.randomization == default.randomization and c.ray == default.ray
     assert (c.dagger.gru_hidden, c.dagger.label_feedforward) == (32, 0.05)
     fig8 = c.dagger.tasks[1]
     assert c.dagger.tasks[0] == {} and fig8["name"] == "figure_eight"
