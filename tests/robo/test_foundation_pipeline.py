@@ -423,8 +423,8 @@ def test_the_tracking_preset_changes_only_the_students_recipe():
     assert c.teachers == 4 and c.teacher == default.teacher and c.eval == default.eval
     assert c.randomization == default.randomization and c.ray == default.ray
     assert (c.dagger.gru_hidden, c.dagger.label_feedforward) == (32, 0.05)
-    fig8 = c.dagger.tasks[1]
-    assert c.dagger.tasks[0] == {} and fig8["name"] == "figure_eight"
+    *hover, fig8 = c.dagger.tasks
+    assert hover == [{}, {}, {}] and fig8["name"] == "figure_eight"
     assert fig8["figure_eight_randomization"]["amplitude"] == [0.5, 1.5]
     assert dataclasses.replace(c.dagger, gru_hidden=16, label_feedforward=0.0, tasks=[{}]) == default.dagger
 
