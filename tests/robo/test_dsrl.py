@@ -16,6 +16,7 @@ from robo.steer import LatentNoiseEnv, SteerTrainer
 from robo.steer.command import algo_config
 from robo.steer.dsrl_na import DSRLNA, DSRLNAConfig, TwinQ
 from sims.toy import generate_demos
+from tests.hydra_configs import composed
 
 TOY = "robo/ObstacleReach-v0"
 EVAL_SEED, EPISODES = 100000, 50
@@ -210,25 +211,20 @@ def test_imagined_envs_add_data_but_not_real_env_steps(tmp_path, weak_base):
 def test_robo_imagine_train_steers_with_dsrl_in_real_and_imagined_envs(tmp_path, weak_base):
     """``robo imagine train train.algo=dsrl``: the world model is fitted on the toy's behaviour data,
     DSRL steps one real and one imagined env, the budget counts real steps, the steered policy is saved."""
-    from hydra import compose, initialize_config_module
-
     from robo.world_model.command import run
 
     weak_base.save(tmp_path / "base")
     overrides = ["task=obstacle_reach", "mode=train", "train.algo=dsrl", f"train.base={tmp_path / 'base'}",
                  "train.total_steps=400", "train.real_envs=1", "train.imagined_fraction=0.5", "train.eval_episodes=4",
                  "model.data_episodes=8", "model.fit_steps=50", "model.members=2", "model.hidden_dims=[32]"]
-    with initialize_config_module("robo.configs", version_base=None):
-        cfg = compose("imagine", overrides=overrides)
-    m = run(cfg, tmp_path / "run")
+    m = run(composed("imagine", *overrides), tmp_path / "run")
     assert 200 <= m["real_env_steps"] < 200 + weak_base.n_action_steps  # half of total_steps is real
     assert m["imagined_envs"] == 1 and m["imagined_env_steps"] > 0
     assert m["model_data_env_steps"] > 0 and 0.0 <= m["sim_success"] <= m["best_sim_success"] <= 1.0
     assert m["model_data"] == "behaviour" and m["model_data_transitions"] == m["model_data_env_steps"]
     assert load_policy(tmp_path / "run" / "checkpoints" / "latest" / "policy").kind == "steered"
-    with initialize_config_module("robo.configs", version_base=None):
-        bad = [compose("imagine", overrides=["task=hover", "mode=train", "train.algo=dsrl", "train.base=x"]),
-               compose("imagine", overrides=["task=obstacle_reach", "mode=train", "train.algo=dsrl"])]
+    bad = [composed("imagine", "task=hover", "mode=train", "train.algo=dsrl", "train.base=x"),
+           composed("imagine", "task=obstacle_reach", "mode=train", "train.algo=dsrl")]
     for cfg, match in zip(bad, ["single gym envs", "train.base"]):
         with pytest.raises(ValueError, match=match):  # before any data is collected
             run(cfg, tmp_path / "bad")

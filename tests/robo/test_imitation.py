@@ -13,6 +13,7 @@ from policies.diffusion import DiffusionConfig, DiffusionPolicy
 from robo.imitation import (ChunkWindows, ImitationTrainer, TrainConfig, TrainingDiverged, compute_stats,
                             evaluate_chunked_policy)
 from sims.toy import ENV_ID, generate_demos
+from tests.hydra_configs import composed
 
 TOY = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=4, down_dims=[32, 64],
            diffusion_step_embed_dim=32, num_train_timesteps=50, num_inference_steps=10)
@@ -195,11 +196,8 @@ def test_cli_rejects_mismatched_task_and_policy(tmp_path):
 
 
 def test_pusht_policy_presets_set_their_chunk_and_execution_horizon():
-    from hydra import compose, initialize_config_module
-
     def policy_cfg(*overrides):
-        with initialize_config_module("robo.configs", version_base="1.3"):
-            return compose("train", overrides=list(overrides)).policy
+        return composed("train", *overrides).policy
 
     def n_act(*overrides):
         return policy_cfg(*overrides).n_action_steps

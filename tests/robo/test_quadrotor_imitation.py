@@ -9,18 +9,15 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from policies.foundation import load_raptor
 from robo.evaluate import Rollout
 from robo.imitation.evaluate import evaluate_flights
+from tests.hydra_configs import composed_dict
 
 
 def tracking_task() -> dict:
-    with initialize_config_module("robo.configs", version_base="1.3"):
-        cfg = compose("train", overrides=["policy=diffusion", "task=quadrotor_tracking"])
-    return OmegaConf.to_container(cfg.task, resolve=True)
+    return composed_dict("train", "policy=diffusion", "task=quadrotor_tracking")["task"]
 
 
 class MotorsOff:

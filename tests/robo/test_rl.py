@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from stable_baselines3 import PPO, SAC, TD3
+from tests.hydra_configs import composed_dict
 
 from policies.registry import load_policy
 from robo.commands.train import check_resume_config
@@ -58,8 +58,7 @@ def train_config(tmp, **over):
     overrides = ["num_envs=4", "total_steps=400", "eval_every=200", "checkpoint_every=200", "eval.num_envs=4",
                  "eval.seconds=0.2", "algo.kwargs.learning_starts=50", "algo.kwargs.buffer_size=5000"]
     overrides += [f"{k}={v}" for k, v in over.items()]
-    with initialize_config_module("robo.configs", version_base="1.3"):
-        return OmegaConf.to_container(compose("train", overrides=overrides), resolve=True)
+    return composed_dict("train", *overrides)
 
 
 def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):

@@ -10,6 +10,7 @@ import torch
 from policies.world_model import EnsembleDynamics
 from robo.world_model.self_improve import finetune, imagined_successes, replay_in_sim
 from robo.world_model.tasks import ensemble_config, make_task, transitions
+from tests.hydra_configs import composed
 
 START_SEED = 5_000
 
@@ -122,8 +123,6 @@ def test_finetune_pulls_the_policy_toward_the_new_data():
 def test_robo_imagine_synthesize_finetunes_a_chunked_base(tmp_path):
     """``robo imagine synthesize synthesize.base=<checkpoint>``: imagined rollouts of the base, a
     fine-tuned copy saved as a policy of the same kind with new weights, both scored in the sim."""
-    from hydra import compose, initialize_config_module
-
     from policies.diffusion import DiffusionConfig, DiffusionPolicy
     from policies.registry import load_policy
     from robo.imitation.data import compute_stats
@@ -139,8 +138,7 @@ def test_robo_imagine_synthesize_finetunes_a_chunked_base(tmp_path):
                  "synthesize.attempts=2", "synthesize.finetune_steps=20", "synthesize.eval_episodes=4",
                  "model.data_episodes=8", "model.fit_steps=50", "model.members=2", "model.hidden_dims=[32]",
                  "model.demos=10"]
-    with initialize_config_module("robo.configs", version_base=None):
-        m = run(compose("imagine", overrides=overrides), tmp_path / "run")
+    m = run(composed("imagine", *overrides), tmp_path / "run")
     assert m["rollouts"] == 16 and m["demos"] == 10 and 0 <= m["kept"] <= 16
     assert m["gain"] == pytest.approx(m["sim_success"] - m["base_sim_success"])
     tuned = load_policy(tmp_path / "run" / "checkpoints" / "latest" / "policy")
@@ -152,5 +150,5 @@ def test_robo_imagine_synthesize_finetunes_a_chunked_base(tmp_path):
 
     MLPPolicy(MLPConfig(obs_dim=2, action_dim=2)).save(tmp_path / "mlp")
     overrides[2] = f"synthesize.base={tmp_path / 'mlp'}"
-    with initialize_config_module("robo.configs", version_base=None), pytest.raises(ValueError, match="chunked"):
-        run(compose("imagine", overrides=overrides), tmp_path / "run_mlp")
+    with pytest.raises(ValueError, match="chunked"):
+        run(composed("imagine", *overrides), tmp_path / "run_mlp")

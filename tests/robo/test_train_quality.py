@@ -4,13 +4,12 @@ on this CPU) against random and untrained actors. (100k steps was too short on a
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from policies.mlp import MLPPolicy
 from robo.evaluate import rollout
 from robo.rl.trainer import Trainer
 from sims.envs import make_batched_task
+from tests.hydra_configs import composed_dict
 
 
 class RandomPolicy:
@@ -36,9 +35,7 @@ def survival_seconds(policy) -> float:
 
 def test_short_run_flies_far_longer_than_random_or_untrained(tmp_path):
     torch.set_num_threads(1)
-    with initialize_config_module("robo.configs", version_base="1.3"):
-        c = OmegaConf.to_container(compose("train", overrides=[
-            "total_steps=150000", "eval_every=1000000", "checkpoint_every=1000000"]), resolve=True)
+    c = composed_dict("train", "total_steps=150000", "eval_every=1000000", "checkpoint_every=1000000")
     trainer = Trainer(c, tmp_path)
     trainer.train(progress=False)
     trained = survival_seconds(trainer.policy())
