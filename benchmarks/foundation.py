@@ -59,7 +59,12 @@ def main() -> None:
     ap.add_argument("--gru-hidden", type=int, nargs="+", default=[16], help="GRU student widths (RAPTOR: 16)")
     ap.add_argument("--validation", type=int, default=0, metavar="N",
                     help="keep each student's best DAgger iteration on N validation quadrotors (0: the last)")
+    ap.add_argument("--validation-figure-eight", action="store_true",
+                    help="validation flies the figure-eight too and ranks equal hover success by it")
     ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
+    ap.add_argument("--dagger-seed", type=int, default=DaggerConfig.seed, help="DAgger's seed (restarts count from it)")
+    ap.add_argument("--mlp", action=argparse.BooleanOptionalAction, default=True,
+                    help="also distil the non-adaptive MLP student from all teachers")
     ap.add_argument("--variants", type=int, default=1, help="quadrotors per teacher in DAgger (its own + variants)")
     ap.add_argument("--variant-scale", type=float, default=0.1, help="variants' parameters within +- this fraction")
     ap.add_argument("--dagger-tasks", type=json.loads, nargs="+", default=DaggerConfig().tasks, metavar="JSON",
@@ -87,7 +92,8 @@ def main() -> None:
                     "eval_envs": 32, "trim": args.trim},
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
-                   "validation_quadrotors": args.validation, "restarts": args.restarts,
+                   "validation_quadrotors": args.validation, "restarts": args.restarts, "seed": args.dagger_seed,
+                   "validation_figure_eight": args.validation_figure_eight,
                    "variants_per_teacher": args.variants, "variant_scale": args.variant_scale,
                    "tasks": args.dagger_tasks,
                    "ema_decay": args.ema_decay, "label_feedforward": args.label_feedforward},
@@ -120,8 +126,9 @@ def main() -> None:
             policies[name], _ = distill_best("gru", teachers, quads, task, replace(cfg.dagger, gru_hidden=hidden),
                                              validate=validator(cfg))
             rows.append((f"  DAgger wall time, {name}", f"{time.time() - t:.0f} s"))
-    policies[f"student MLP, {len(all_teachers)} teachers"], _ = distill_best("mlp", all_teachers, all_quads, task,
-                                                                             cfg.dagger, validate=validator(cfg))
+    if args.mlp:
+        policies[f"student MLP, {len(all_teachers)} teachers"], _ = distill_best("mlp", all_teachers, all_quads, task,
+                                                                                 cfg.dagger, validate=validator(cfg))
     logging.info("rows so far: %s", rows)
     results = evaluate_all(cfg, policies)
     for name, m in results.items():

@@ -62,7 +62,10 @@ class DaggerConfig:
     ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16).
     ``validation_quadrotors`` (0: off) drawn with ``validation_seed`` from the teachers' ranges score
     the student's hover after every iteration (``eval.starts`` starts each); the best iteration's
-    student is kept. ``restarts`` > 1 distils that many students (seeds ``seed``, ``seed + 1``, ...)
+    student is kept. With ``validation_figure_eight`` they fly the figure-eight too, and among iterations
+    that hover equally well the one with the fewest figure-eight crashes, then the lowest RMSE, is kept
+    (otherwise the lowest median hover error; ``robo.foundation.dagger.validation_score``).
+    ``restarts`` > 1 distils that many students (seeds ``seed``, ``seed + 1``, ...)
     and keeps the one that validates best (needs validation quadrotors).
     ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
@@ -99,6 +102,7 @@ class DaggerConfig:
     gru_hidden: int = 16
     validation_quadrotors: int = 0
     validation_seed: int = 200_000
+    validation_figure_eight: bool = False
     restarts: int = 1
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     variants_per_teacher: int = 1
@@ -194,6 +198,8 @@ class FoundationRunConfig:
         if self.dagger.restarts > 1 and not self.dagger.validation_quadrotors:
             raise ValueError("dagger.restarts > 1 needs dagger.validation_quadrotors > 0 to choose among the "
                              "students")
+        if self.dagger.validation_figure_eight and not self.dagger.validation_quadrotors:
+            raise ValueError("dagger.validation_figure_eight needs dagger.validation_quadrotors > 0 to fly it on")
         if self.eval.success_radius <= 0:
             raise ValueError(f"eval.success_radius must be positive (m), got {self.eval.success_radius}")
 

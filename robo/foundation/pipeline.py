@@ -22,7 +22,7 @@ from policies.foundation import load_raptor
 from policies.mlp import MLPPolicy
 from robo.foundation.config import FoundationRunConfig
 from robo.foundation.dagger import STUDENTS, as_policy, distill_best, make_student
-from robo.foundation.evaluate import evaluate_policy, hover_metrics
+from robo.foundation.evaluate import evaluate_policy, figure_eight_metrics, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
 from robo.foundation.trim import load_trimmed
@@ -51,12 +51,14 @@ def load_teachers(manifest: Manifest, count: int | None = None,
 
 def validator(cfg: FoundationRunConfig):
     """``validate(policy)`` for ``distill``: the hover test on ``dagger.validation_quadrotors``
-    quadrotors from the teachers' ranges (None when 0)."""
+    quadrotors from the teachers' ranges, with ``dagger.validation_figure_eight`` the figure-eight
+    on them too (None when 0)."""
     n = cfg.dagger.validation_quadrotors
     if not n:
         return None
     quads = sample_quadrotors(cfg.randomization, n, cfg.dagger.validation_seed)
-    return lambda policy: hover_metrics(policy, quads, cfg.eval)
+    tests = [hover_metrics] + ([figure_eight_metrics] if cfg.dagger.validation_figure_eight else [])
+    return lambda policy: {k: v for test in tests for k, v in test(policy, quads, cfg.eval).items()}
 
 
 def held_out_quadrotors(cfg: FoundationRunConfig) -> list[QuadrotorParams]:

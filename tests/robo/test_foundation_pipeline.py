@@ -19,6 +19,7 @@ from robo.foundation.dagger import as_policy, bptt_epoch, make_dagger_task, make
 from robo.foundation.evaluate import evaluate_policy
 from robo.foundation.teachers import teacher_specs
 from robo.rl.trainer import evaluation_key
+from tests.hydra_configs import composed_dict
 
 # Crazyflie-sized quadrotors with a comfortable thrust margin: what a few thousand RL steps can fly.
 SMALL_QUADS = {"mass": [0.025, 0.04], "thrust_to_weight": [2.5, 3.5], "torque_to_inertia": [400.0, 800.0],
@@ -53,6 +54,7 @@ def ray_local():
     ({"dagger": {"gru_hidden": 0}}, "dagger.gru_hidden"),
     ({"dagger": {"validation_quadrotors": 4, "validation_seed": 100_000}}, "validation_seed"),
     ({"dagger": {"restarts": 2}}, "restarts > 1 needs"),
+    ({"dagger": {"validation_figure_eight": True}}, "validation_figure_eight needs"),
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
     ({"ray": {"max_retries": -1}}, "max_retries"),
@@ -270,6 +272,33 @@ def test_validation_keeps_the_best_dagger_iteration():
     assert any(not torch.equal(seen[2][k], seen[3][k]) for k in seen[2])  # the last iteration differs
 
 
+def test_with_the_figure_eight_validation_ranks_equal_hover_by_tracking():
+    """``dagger.validation_figure_eight``: the validator flies the figure-eight on the validation
+    quadrotors too, and ``validation_score`` ranks equal hover success by figure-eight crashes, then
+    RMSE, no longer by the median hover error; hover success still comes first."""
+    from robo.foundation.dagger import validation_key, validation_score
+    from robo.foundation.pipeline import validator
+
+    def v(success, median, crashes=None, rmse=None):
+        out = {"hover_success_rate": success, "hover_median_error_m": median}
+        return out if rmse is None else {**out, "figure_eight_crash_rate": crashes, "figure_eight_rmse_m": rmse}
+
+    assert validation_score(v(1.0, 0.02)) > validation_score(v(1.0, 0.03))  # hover only: the median error
+    ranked = [v(0.9, 0.01, 0.0, 0.10), v(1.0, 0.01, 0.1, 0.10), v(1.0, 0.03, 0.0, 0.15), v(1.0, 0.04, 0.0, 0.13)]
+    assert sorted(ranked, key=validation_score) == ranked  # worst to best
+    history = [{"selected": False, "validation_hover_success_rate": 1.0},
+               {"selected": True, **{f"validation_{k}": x for k, x in ranked[2].items()}}]
+    assert validation_key(history) == validation_score(ranked[2])
+
+    cfg = FoundationRunConfig.from_dict({"dagger": {"validation_quadrotors": 2, "validation_figure_eight": True},
+                                         "eval": {"starts": 2, "figure_eight_seconds": 1.0, "hover_seconds": 1.0}})
+    untrained = as_policy(make_student("gru", cfg.dagger))
+    scores = validator(cfg)(untrained)
+    assert {"hover_success_rate", "figure_eight_rmse_m", "figure_eight_crash_rate"} <= set(scores)
+    assert "figure_eight_rmse_m" not in validator(dataclasses.replace(
+        cfg, dagger=dataclasses.replace(cfg.dagger, validation_figure_eight=False)))(untrained)
+
+
 def test_the_weight_average_is_what_is_validated_and_kept():
     """With ``ema_decay``, ``distill`` validates and returns the moving average of the student's weights:
     decay 0 is the raw student itself (same weights as without it); a slow average lags behind the raw
@@ -398,12 +427,7 @@ def test_evaluate_policy_reports_every_metric():
 
 def composed_config(*overrides: str) -> FoundationRunConfig:
     """``configs/foundation.yaml`` with Hydra ``overrides``, as ``robo foundation`` composes it."""
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
-    with initialize_config_module("robo.configs", version_base="1.3"):
-        return FoundationRunConfig.from_dict(OmegaConf.to_container(
-            compose("foundation", overrides=list(overrides)), resolve=True))
+    return FoundationRunConfig.from_dict(composed_dict("foundation", *overrides))
 
 
 def test_yaml_config_mirrors_the_dataclass():
@@ -421,10 +445,12 @@ def test_the_tracking_preset_changes_only_the_students_recipe():
     assert c.teachers == 4 and c.teacher == default.teacher and c.eval == default.eval
     assert c.randomization == default.randomization and c.ray == default.ray
     assert (c.dagger.gru_hidden, c.dagger.label_feedforward) == (32, 0.05)
+    assert (c.dagger.validation_quadrotors, c.dagger.validation_figure_eight) == (16, True)
     *hover, fig8 = c.dagger.tasks
     assert hover == [{}, {}, {}] and fig8["name"] == "figure_eight"
     assert fig8["figure_eight_randomization"]["amplitude"] == [0.5, 1.5]
-    assert dataclasses.replace(c.dagger, gru_hidden=16, label_feedforward=0.0, tasks=[{}]) == default.dagger
+    assert dataclasses.replace(c.dagger, gru_hidden=16, label_feedforward=0.0, tasks=[{}], validation_quadrotors=0,
+                               validation_figure_eight=False) == default.dagger
 
 
 def test_teachers_of_several_runs_pool_by_mass(tmp_path):
