@@ -72,8 +72,9 @@ class DaggerConfig:
     trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
     (``envs_per_teacher`` must be a multiple of V).
     ``tasks``: what the students fly in DAgger, as overrides of the teachers' task config (e.g.
-    ``{name: figure_eight, figure_eight_period: 8.0}`` for a moving reference, ``{init: {velocity: 1.0}}``
-    for starts in motion, as after a push); each teacher's envs are split evenly among them, so
+    ``{name: figure_eight, figure_eight_period: 8.0}`` for a moving reference, ``{init: {velocity: 2.0}}``
+    for faster starts, as after a hard push: the teachers' train-time task, which these override, already
+    starts within 1 m/s and 1 rad/s of rest, configs/train_shaping/hover.yaml); each teacher's envs are split evenly among them, so
     ``envs_per_teacher`` must be a multiple of ``len(tasks) * variants_per_teacher``. ``[{}]``: the
     teachers' own task only (the default). Adding a figure-eight (1.2 m, 5 s) did not help on balance: over
     DAgger seeds 0-2 it raised held-out hover success 0.80 -> 0.91 with the 16 lightest of 32 teachers, but
