@@ -73,9 +73,9 @@ class DaggerConfig:
     (``envs_per_teacher`` must be a multiple of V).
     ``tasks``: what the students fly in DAgger, as overrides of the teachers' task config (e.g.
     ``{name: figure_eight, figure_eight_period: 8.0}`` for a moving reference, ``{init: {velocity: 2.0}}``
-    for faster starts, as after a hard push: the teachers' train-time task, which these override, already
-    starts within 1 m/s and 1 rad/s of rest, configs/train_shaping/hover.yaml); each teacher's envs are split evenly among them, so
-    ``envs_per_teacher`` must be a multiple of ``len(tasks) * variants_per_teacher``. ``[{}]``: the
+    for faster starts: the teachers' train-time task, which these override, already starts within 1 m/s
+    and 1 rad/s of rest, configs/train_shaping/hover.yaml); each teacher's envs are split evenly among
+    them, so ``envs_per_teacher`` must be a multiple of ``len(tasks) * variants_per_teacher``. ``[{}]``: the
     teachers' own task only (the default). Adding a figure-eight (1.2 m, 5 s) did not help on balance: over
     DAgger seeds 0-2 it raised held-out hover success 0.80 -> 0.91 with the 16 lightest of 32 teachers, but
     lowered it 0.88 -> 0.83 with 16 mass-spread ones, and raised figure-eight RMSE at 32 (README).
