@@ -8,6 +8,14 @@ from dataclasses import dataclass, field
 TASKS = ("hover", "waypoint", "figure_eight")
 
 
+def _range(name: str, r, positive_low: bool = False) -> tuple[float, float]:
+    """``r`` as a float pair ``(low, high)`` with ``0 <= low <= high`` (``0 < low`` if ``positive_low``)."""
+    if len(r) != 2 or not 0 <= r[0] <= r[1] or (positive_low and r[0] <= 0):
+        raise ValueError(f"{name} must be [low, high] with 0 {'<' if positive_low else '<='} low <= high, "
+                         f"got {list(r)}")
+    return float(r[0]), float(r[1])
+
+
 @dataclass
 class RewardConfig:
     """Per-step reward ``constant - scale * cost``, cost a weighted sum of squares:
@@ -97,16 +105,37 @@ class FigureEightRandomization:
                              f"{self.hover_fraction}; use a value in [0, 1]")
         for name in ("amplitude", "period"):
             r = getattr(self, name)
-            if r is None:
-                continue
-            if len(r) != 2 or not 0 <= r[0] <= r[1] or (name == "period" and r[0] <= 0):
-                raise ValueError(f"figure_eight_randomization.{name} must be [low, high] with "
-                                 f"0 {'<' if name == 'period' else '<='} low <= high, got {list(r)}")
-            setattr(self, name, (float(r[0]), float(r[1])))
+            if r is not None:
+                setattr(self, name, _range(f"figure_eight_randomization.{name}", r, positive_low=name == "period"))
 
     @property
     def enabled(self) -> bool:
         return self.amplitude is not None or self.period is not None or self.random_phase or self.hover_fraction > 0
+
+
+@dataclass
+class PushConfig:
+    """Random pushes while flying (disturbance training, like legged gym's ``push_robots``).
+
+    With probability ``probability`` an episode gets one horizontal push: a velocity change drawn
+    uniformly in ``velocity`` [low, high] m/s, in a direction uniform in the horizontal plane, applied
+    as the constant world-frame force ``m dv / duration`` N for ``duration`` s, starting at a time drawn
+    uniformly in ``time`` [low, high] s after the reset. Probability 0 (the default) never pushes.
+    """
+
+    probability: float = 0.0
+    velocity: tuple[float, float] = (0.5, 1.5)
+    time: tuple[float, float] = (0.5, 3.0)
+    duration: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"push.probability is a fraction of episodes, got {self.probability}; "
+                             "use a value in [0, 1]")
+        if not self.duration > 0:
+            raise ValueError(f"push.duration must be positive (s), got {self.duration}")
+        self.velocity = _range("push.velocity", self.velocity)
+        self.time = _range("push.time", self.time)
 
 
 @dataclass
@@ -130,6 +159,7 @@ class QuadrotorTaskConfig:
     figure_eight_amplitude: float = 1.0
     figure_eight_period: float = 6.0
     figure_eight_randomization: FigureEightRandomization = field(default_factory=FigureEightRandomization)
+    push: PushConfig = field(default_factory=PushConfig)
     action_history: int = 0
     init: InitConfig = field(default_factory=InitConfig)
     termination: TerminationConfig = field(default_factory=TerminationConfig)
@@ -163,6 +193,6 @@ def _from_dict(cls, d: dict, path: str = ""):
     kwargs = {}
     for k, v in d.items():
         sub = {"init": InitConfig, "termination": TerminationConfig, "reward": RewardConfig,
-               "figure_eight_randomization": FigureEightRandomization}.get(k)
+               "figure_eight_randomization": FigureEightRandomization, "push": PushConfig}.get(k)
         kwargs[k] = _from_dict(sub, dict(v), f"{path}{k}.") if sub and cls is QuadrotorTaskConfig else v
     return cls(**kwargs)

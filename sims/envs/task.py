@@ -105,6 +105,10 @@ class BatchedQuadrotorTask:
         self.previous_action = torch.zeros(B, 4, **f)
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
         self.levels = torch.full((B,), -1, dtype=torch.long)  # curriculum level of each env, -1: none
+        # this episode's push (config.push): world-frame force (B, 3) N from step push_start (B,) (-1: none)
+        self.push_force = torch.zeros(B, 3, **f)
+        self.push_start = torch.full((B,), -1, dtype=torch.long)
+        self.push_steps = max(1, int(round(config.push.duration / dt)))
         self.rng = np.random.default_rng()
 
     @property
@@ -223,7 +227,20 @@ class BatchedQuadrotorTask:
         self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
         self.action_history[idx] = self.previous_action[idx, None]
         self.steps[idx] = 0
+        if cfg.push.probability > 0:
+            self._draw_pushes(idx)
         return self.observe()
+
+    def _draw_pushes(self, idx: torch.Tensor) -> None:
+        """Draw this episode's push of envs ``idx`` (config.push): whether, when, which way, how hard."""
+        push, n, rng, p = self.config.push, len(idx), self.rng, self.sim.params
+        dv = rng.uniform(*push.velocity, n)
+        heading = rng.uniform(0, 2 * math.pi, n)
+        direction = np.stack([np.cos(heading), np.sin(heading), np.zeros(n)], -1)
+        force = torch.as_tensor(direction * (dv / push.duration)[:, None], dtype=self.push_force.dtype)
+        self.push_force[idx] = force * p.mass[idx, None].to(force.dtype)
+        start = np.round(rng.uniform(*push.time, n) / self.dt).astype(np.int64)
+        self.push_start[idx] = torch.as_tensor(np.where(rng.uniform(size=n) < push.probability, start, -1))
 
     def _assign_params(self, idx: torch.Tensor, new: ParamsBatch) -> None:
         p = self.sim.params
@@ -239,6 +256,10 @@ class BatchedQuadrotorTask:
         action = torch.as_tensor(action, dtype=self.sim.state.dtype)
         check_action(action, self.num_envs)
         action = action.clamp(-1.0, 1.0)
+        if self.config.push.probability > 0:
+            since = self.steps - self.push_start
+            on = (self.push_start >= 0) & (since >= 0) & (since < self.push_steps)
+            self.sim.external_force = torch.where(on[:, None], self.push_force, torch.zeros_like(self.push_force))
         self.sim.step(action, validate=False)
         self.steps += 1
         reward, terminated = self._reward_and_termination(action)

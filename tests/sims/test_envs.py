@@ -1,12 +1,16 @@
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
+from omegaconf import OmegaConf
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import sims  # noqa: F401  (registers robo/ envs)
 from sims.envs import ENV_IDS, OBS_SLICES, QuadrotorEnv, QuadrotorVectorEnv, make_task_config
+from sims.envs.config import QuadrotorTaskConfig
 from sims.quadrotor import preset
 
 
@@ -151,6 +155,43 @@ def test_randomized_figure_eights_draw_a_shape_per_episode_and_start_on_it():
         "amplitude": [0.5, 1.5], "hover_fraction": 0.3}))
     half.reset(seed=1)
     assert 0.25 < (half.core.amplitude == 0).float().mean() < 0.35 and half.core.amplitude.max() > 1.4
+
+
+def test_random_pushes_change_the_horizontal_velocity_by_the_drawn_amount_once_per_episode():
+    """Pushed and unpushed twins fly the same commands; their horizontal velocities part by dv at the
+    drawn time, in the drawn direction, and only in the pushed fraction of episodes."""
+    common = dict(init={"position_radius": 0.0, "angle_deg": 0.0}, episode_seconds=3.0)
+    push = {"probability": 0.5, "velocity": [0.5, 1.5], "time": [0.5, 1.0], "duration": 0.1}
+    pushed = QuadrotorVectorEnv(512, make_task_config("hover", push=push, **common)).core
+    still = QuadrotorVectorEnv(512, make_task_config("hover", **common)).core
+    pushed.seed(0)
+    still.seed(0)
+    pushed.reset()
+    still.reset()
+    start = pushed.push_start.clone()
+    assert 0.4 < (start >= 0).float().mean() < 0.6  # about half the episodes are pushed
+    on = start >= 0
+    assert start[on].min() >= 50 and start[on].max() <= 100  # 0.5-1.0 s at dt = 0.01 s
+    hover = 2 * pushed.sim.params.hover_command()[:, None].expand(512, 4) - 1
+    for _ in range(120):
+        pushed.step(hover)
+        still.step(hover)
+    dv = (pushed.state[:, 7:10] - still.state[:, 7:10]).numpy()
+    expected = (pushed.push_force / pushed.sim.params.mass[:, None] * 0.1).numpy()
+    np.testing.assert_allclose(dv[on.numpy()], expected[on.numpy()], atol=1e-3)
+    speed = np.linalg.norm(dv[on.numpy(), :2], axis=1)
+    assert 0.5 - 1e-3 <= speed.min() and speed.max() <= 1.5 + 1e-3 and np.abs(dv[:, 2]).max() < 1e-4
+    np.testing.assert_allclose(dv[~on.numpy()], 0.0, atol=1e-6)
+    with pytest.raises(ValueError, match="push.probability is a fraction"):
+        make_task_config("hover", push={"probability": 1.5})
+    with pytest.raises(ValueError, match=r"push.time must be \[low, high\]"):
+        make_task_config("hover", push={"time": [2.0, 1.0]})
+
+
+def test_hover_yaml_mirrors_the_task_dataclass():
+    """configs/task/hover.yaml (the base of every quadrotor task's YAML) holds the dataclass's defaults."""
+    yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "configs/task/hover.yaml"))
+    assert QuadrotorTaskConfig.from_dict(yaml) == QuadrotorTaskConfig()
 
 
 def test_bad_task_config_is_rejected_by_name():
