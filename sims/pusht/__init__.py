@@ -10,6 +10,7 @@ from .config import PushTConfig
 from .expert import ExpertConfig, PushTExpert
 from .geometry import coverage, t_outline, t_rectangles
 from .pusht_env import OBS_TYPES, STATE_DIM, PushTEnv
+from .symmetry import GoalMirror
 
 ENV_ID = "robo/PushT-v0"
 
@@ -22,5 +23,5 @@ def register_envs() -> None:
 
 register_envs()
 
-__all__ = ["ENV_ID", "OBS_TYPES", "STATE_DIM", "ExpertConfig", "PushTConfig", "PushTEnv", "PushTExpert", "coverage",
-           "t_outline", "t_rectangles"]
+__all__ = ["ENV_ID", "OBS_TYPES", "STATE_DIM", "ExpertConfig", "GoalMirror", "PushTConfig", "PushTEnv", "PushTExpert",
+           "coverage", "t_outline", "t_rectangles"]

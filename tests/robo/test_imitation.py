@@ -314,3 +314,22 @@ def test_dart_pusht_demos_label_the_experts_action_at_the_drifted_states():
     np.testing.assert_array_equal(relabelled, dart["action"])
     with pytest.raises(ValueError, match="dart_std"):
         pusht_demos(1, dart_std=float("nan"))
+
+
+def test_mirror_demos_append_each_demos_mirror_image():
+    from robo.imitation.sources import load_episodes
+    from sims.pusht.symmetry import GoalMirror
+
+    task = {"name": "pusht", "demo_generator": "robo.imitation.demos:pusht_demos", "demos": 2,
+            "symmetry": "sims.pusht.symmetry:GoalMirror"}
+    plain = load_episodes(task, None, None, seed=0)
+    both = load_episodes({**task, "mirror_demos": True}, None, None, seed=0)
+    assert len(plain) == 2 and len(both) == 4
+    for i, (ep, image) in enumerate(zip(plain, both[2:])):
+        np.testing.assert_array_equal(both[i]["obs"], ep["obs"])
+        np.testing.assert_allclose(image["obs"], GoalMirror().state(ep["obs"]), atol=1e-6)
+        np.testing.assert_allclose(image["action"], GoalMirror().action(ep["action"]), atol=1e-6)
+        np.testing.assert_array_equal(image["reward"], ep["reward"])
+        assert np.abs(image["obs"] - ep["obs"]).max() > 0.01
+    with pytest.raises(ValueError, match="names no task.symmetry"):
+        load_episodes({**task, "mirror_demos": True, "symmetry": None}, None, None, seed=0)

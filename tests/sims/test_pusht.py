@@ -147,3 +147,35 @@ def test_expert_is_multimodal_and_rejects_bad_obs():
     assert np.linalg.norm(mean[1.0] - mean[-1.0], axis=1).max() > 0.05  # m apart: distinct modes
     with pytest.raises(ValueError, match=r"expected \(5,\)"):
         PushTExpert().act(np.zeros(4))
+
+
+def test_goal_mirror_maps_the_task_onto_itself_and_replays_mirrored_demos():
+    """The reflection about the goal T's axis: an involution that fixes the goal, keeps coverage, and
+    turns an expert episode into one the sim reproduces step for step (a valid demo)."""
+    from sims.pusht.symmetry import GoalMirror
+
+    mirror, rng = GoalMirror(), np.random.default_rng(0)
+    states = rng.uniform([-0.2, -0.2, -0.2, -0.2, -np.pi], [0.2, 0.2, 0.2, 0.2, np.pi], (50, 5))
+    np.testing.assert_allclose(mirror.state(mirror.state(states)), states, atol=1e-12)
+    np.testing.assert_allclose(mirror.state(np.array([0.1, 0.1, *GOAL]))[2:], GOAL, atol=1e-12)  # goal fixed
+    for s in states[:10]:
+        assert coverage(mirror.state(s)[2:], GOAL) == pytest.approx(coverage(s[2:], GOAL), abs=1e-9)
+    env = PushTEnv(render_mode=None)
+    env.reset(seed=3)
+    start = env.state.copy()
+    expert = PushTExpert(seed=0)
+    expert.reset()
+    obs, actions = [env.state.copy()], []
+    for _ in range(60):
+        actions.append(expert.act(env.state.astype(np.float32)))
+        env.step(actions[-1])
+        obs.append(env.state.copy())
+    env.set_state(mirror.state(start))
+    for t, a in enumerate(actions):
+        env.step(mirror.action(a))
+        np.testing.assert_allclose(env.state[:4], mirror.state(obs[t + 1])[:4], atol=1e-4)
+    assert np.abs(mirror.state(np.array(obs)) - np.array(obs))[:, :4].max() > 0.01  # another path, not the same one
+    with pytest.raises(ValueError, match="mirror-symmetric"):
+        GoalMirror(PushTConfig(goal_x=0.05))
+    with pytest.raises(ValueError, match="last axis of 5"):
+        mirror.state(np.zeros(4))
