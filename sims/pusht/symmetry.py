@@ -27,13 +27,14 @@ class GoalMirror:
     """The reflection about the goal T's axis, for state observations and pusher targets.
 
     state: (..., 5) [agent x, y (m), block x, y (m), block yaw (rad)]; action: (..., 2) pusher
-    target (x, y) in m. Both maps are their own inverse.
+    target (x, y) in m. Both maps are their own inverse. ``config``: the env's (a ``PushTConfig`` or its
+    dict, as ``PushTEnv`` takes), whose goal sets the mirror line.
     """
 
-    def __init__(self, config: PushTConfig | None = None, atol: float = 1e-9):
-        cfg = config or PushTConfig()
+    def __init__(self, config: PushTConfig | dict | None = None):
+        cfg = config if isinstance(config, PushTConfig) else PushTConfig.from_dict(config)
         eighths = cfg.goal_yaw / (math.pi / 4)
-        if abs(cfg.goal_x) > atol or abs(cfg.goal_y) > atol or abs(eighths - round(eighths)) > 1e-6:
+        if abs(cfg.goal_x) > 1e-9 or abs(cfg.goal_y) > 1e-9 or abs(eighths - round(eighths)) > 1e-6:
             raise ValueError("the workspace is mirror-symmetric about the goal's axis only for a goal at the centre "
                              f"with yaw a multiple of pi/4; got goal ({cfg.goal_x}, {cfg.goal_y}, {cfg.goal_yaw})")
         axis = np.array([-math.sin(cfg.goal_yaw), math.cos(cfg.goal_yaw)])  # the goal T's stem axis (body +y)

@@ -333,3 +333,5 @@ def test_mirror_demos_append_each_demos_mirror_image():
         assert np.abs(image["obs"] - ep["obs"]).max() > 0.01
     with pytest.raises(ValueError, match="names no task.symmetry"):
         load_episodes({**task, "mirror_demos": True, "symmetry": None}, None, None, seed=0)
+    with pytest.raises(ValueError, match="mirror-symmetric"):  # the env's own goal sets the mirror line
+        load_episodes({**task, "mirror_demos": True, "env_kwargs": {"config": {"goal_x": 0.05}}}, None, None, seed=0)
