@@ -52,7 +52,9 @@ class EnergyConfig(ChunkConfig):
     Tokens: one per observation step, one per ``actions_per_token`` actions of the chunk and a learned energy (CLS)
     token, through a ``torch.nn.TransformerEncoder``; the energy is read from the CLS token.
     ``backbone="mlp"`` replaces the transformer by an MLP (``hidden_dims``, SiLU) over the flattened
-    window and chunk, which is cheaper per sample.
+    window and chunk, which is cheaper per sample (``"resmlp"``: pre-LayerNorm residual blocks, as the
+    diffusion policy's MLP denoiser); with ``energy_form="reconstruction"`` that MLP
+    outputs a chunk r(obs, a) and the energy is ``0.5 |a - r|^2`` (``DescentEnergyMLP``).
     Actions are found by ``n_steps`` steps of gradient descent on the normalized chunk,
     ``a <- clamp(a - step_size * clip(dE/da), -1, 1)``, from an initial guess (the steering input).
     Training unrolls ``train_steps`` steps with ``create_graph=True`` and regresses every
@@ -85,7 +87,9 @@ class EnergyConfig(ChunkConfig):
     """
 
     backbone: str = "transformer"  # transformer | mlp (an MLP over the flattened window and chunk, hidden_dims)
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp
+    # | resmlp (residual blocks of width hidden_dims[0], one per entry)
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp / resmlp
+    energy_form: str = "scalar"  # backbone = mlp: scalar (E = the MLP) | reconstruction (E = 0.5 |a - MLP(obs, a)|^2)
     d_model: int = 64
     actions_per_token: int = 1  # transformer: consecutive actions embedded in one token (horizon must be a multiple)
     n_heads: int = 4
@@ -115,10 +119,14 @@ class EnergyConfig(ChunkConfig):
         super().validate()
         if self.n_candidates < 1:
             raise ValueError(f"n_candidates={self.n_candidates} must be >= 1")
-        if self.backbone not in ("transformer", "mlp"):
-            raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer' or 'mlp'")
+        if self.backbone not in ("transformer", "mlp", "resmlp"):
+            raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer', 'mlp' or 'resmlp'")
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise ValueError(f"hidden_dims={self.hidden_dims} must be a non-empty list of positive widths")
+        if self.energy_form not in ("scalar", "reconstruction"):
+            raise ValueError(f"unknown energy_form {self.energy_form!r}; choose 'scalar' or 'reconstruction'")
+        if self.energy_form == "reconstruction" and self.backbone != "mlp":
+            raise ValueError("energy_form='reconstruction' needs backbone='mlp'")
         if self.actions_per_token < 1:
             raise ValueError(f"actions_per_token={self.actions_per_token} must be >= 1")
         if self.backbone == "transformer" and self.horizon % self.actions_per_token:

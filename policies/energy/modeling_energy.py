@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..chunked import draw_noise, standard_noise
+from ..diffusion.mlp import ResidualBlock
 from ..normalize import Normalizer
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
@@ -89,21 +90,60 @@ class EnergyTransformer(LearnedStepSize, StepEmbedding, nn.Module):
 
 class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
     """The energy policy's ``backbone: mlp``: ``EnergyMLP`` over ``config.hidden_dims`` with SiLU
-    (smooth, so dE/da changes continuously along the descent) and a learned step size."""
+    (smooth, so dE/da changes continuously along the descent) and a learned step size.
+
+    ``config.energy_form="reconstruction"``: the MLP outputs a chunk r(obs, a) (B, H * A) instead of a
+    scalar, and the energy is ``0.5 |a - r(obs, a)|^2`` (a denoising autoencoder's energy). Its gradient
+    ``(I - dr/da)^T (a - r)`` makes one unit step land on r while dr/da is small, so from the start the
+    descent is a learned denoiser iterated; the final energy is the chunk's distance from its own
+    reconstruction. Its last layer starts at zero: r = 0, the energy 0.5 |a|^2."""
 
     def __init__(self, config: EnergyConfig):
-        super().__init__(config, activation=nn.SiLU)
+        reconstruct = config.energy_form == "reconstruction"
+        super().__init__(config, activation=nn.SiLU, out_dim=config.horizon * config.action_dim if reconstruct else 1)
+        self.reconstruct = reconstruct
+        if reconstruct:
+            nn.init.zeros_(self.net[-1].weight)
+            nn.init.zeros_(self.net[-1].bias)
         self._init_step_size(config)
         self._init_step_embedding(config, config.hidden_dims[0])
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
-        return self.biased_energy(obs_n, chunk, self.step_bias(step))
+        out = self.biased_energy(obs_n, chunk, self.step_bias(step))
+        return 0.5 * (chunk.flatten(1) - out).pow(2).sum(-1) if self.reconstruct else out
+
+
+class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, nn.Module):
+    """The energy policy's ``backbone: resmlp``: the flattened window and chunk -> Linear to width
+    ``hidden_dims[0]`` -> ``len(hidden_dims)`` pre-LayerNorm residual blocks (``ResidualBlock``, Mish: smooth)
+    -> LayerNorm, Mish, Linear -> energy (B,); the diffusion policy's MLP denoiser with a scalar head."""
+
+    def __init__(self, config: EnergyConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        width = config.hidden_dims[0]
+        self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
+        self.action_normalizer = Normalizer(config.action_dim, "min_max")
+        self.inp = nn.Linear(config.n_obs_steps * config.obs_dim + config.horizon * config.action_dim, width)
+        self.blocks = nn.Sequential(*[ResidualBlock(width) for _ in config.hidden_dims])
+        self.out = nn.Sequential(nn.LayerNorm(width), nn.Mish(), nn.Linear(width, 1))
+        self._init_step_size(config)
+        self._init_step_embedding(config, width)
+
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
+        h = self.inp(torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)) + self.step_bias(step)
+        return self.out(self.blocks(h)).squeeze(-1)
+
+
+BACKBONES = {"transformer": EnergyTransformer, "mlp": DescentEnergyMLP, "resmlp": DescentEnergyResMLP}
 
 
 def build_energy_model(config: EnergyConfig) -> nn.Module:
-    """The energy network ``config.backbone`` names: ``EnergyTransformer`` or ``DescentEnergyMLP``."""
-    return DescentEnergyMLP(config) if config.backbone == "mlp" else EnergyTransformer(config)
+    """The energy network ``config.backbone`` names (``BACKBONES``)."""
+    return BACKBONES[config.backbone](config)
 
 
 def clip_per_sample(g: torch.Tensor, max_norm: float | None) -> torch.Tensor:

@@ -377,19 +377,41 @@ def test_energy_score_descends_into_both_modes_where_regression_averages():
     assert between > 0.9, (up, down, between)  # MSE from independent guesses learns the mean, 0
 
 
-@pytest.mark.parametrize("step_conditioned", [False, True])
-def test_mlp_backbone_descends_into_both_modes(step_conditioned):
-    make = partial(energy_mlp_policy, step_conditioned=step_conditioned)
+@pytest.mark.parametrize("backbone, step_conditioned, energy_form", [
+    ("mlp", False, "scalar"), ("mlp", True, "scalar"), ("mlp", False, "reconstruction"), ("resmlp", False, "scalar")])
+def test_mlp_backbone_descends_into_both_modes(backbone, step_conditioned, energy_form):
+    make = partial(energy_mlp_policy, backbone=backbone, step_conditioned=step_conditioned, energy_form=energy_form)
     policy = make()
-    assert type(policy.model).__name__ == "DescentEnergyMLP" and policy.model.step_size.item() == 1.0
+    model_class = {"mlp": "DescentEnergyMLP", "resmlp": "DescentEnergyResMLP"}[backbone]
+    assert type(policy.model).__name__ == model_class and policy.model.step_size.item() == 1.0
     # measured over training seeds 0-3: up 0.42-0.49, down 0.47-0.50, between 0.02-0.105;
-    # step-conditioned: up 0.45-0.485, down 0.425-0.525, between 0.025-0.09
+    # step-conditioned: up 0.45-0.485, down 0.425-0.525, between 0.025-0.09; reconstruction (seed 0):
+    # up 0.54, down 0.415, between 0.045; resmlp (seed 0): up 0.49, down 0.475, between 0.035
     up, down, between = _bimodal_fractions("energy_score", 4, make)
     assert up > 0.2 and down > 0.2 and between < 0.15, (up, down, between)
     with pytest.raises(ValueError, match="backbone"):
         EnergyConfig(backbone="cnn").validate()
     with pytest.raises(ValueError, match="hidden_dims"):
         EnergyConfig(backbone="mlp", hidden_dims=[]).validate()
+
+
+def test_reconstruction_energy_is_half_the_squared_distance_to_its_reconstruction():
+    policy = energy_mlp_policy(energy_form="reconstruction", default_init="noise")
+    model, obs = policy.model, torch.randn(5, policy.n_obs_steps, 2)
+    chunk = torch.rand(5, policy.horizon, 2) * 2 - 1
+    # untrained, the reconstruction is 0: E = 0.5 |a|^2, and one unit step from any guess lands on 0
+    torch.testing.assert_close(model(obs, chunk), 0.5 * chunk.flatten(1).pow(2).sum(1))
+    assert policy.predict_chunk(obs, noise=chunk, n_steps=1).abs().max() < 1e-6
+    with torch.no_grad():
+        model.net[-1].bias.normal_()
+    r = model.net[-1].bias.view(policy.horizon, 2)  # the output layer's weights are 0: r = its bias
+    torch.testing.assert_close(model(obs, chunk), 0.5 * (chunk - r).flatten(1).pow(2).sum(1))
+    landed = torch.as_tensor(policy.predict_chunk(obs, noise=chunk, n_steps=1)) / 1.5  # raw -> normalized (STATS)
+    torch.testing.assert_close(landed, r.clamp(-1, 1).expand(5, -1, -1))
+    with pytest.raises(ValueError, match="energy_form"):
+        EnergyConfig(backbone="mlp", energy_form="quadratic").validate()
+    with pytest.raises(ValueError, match="backbone='mlp'"):
+        EnergyConfig(energy_form="reconstruction").validate()
 
 
 @pytest.mark.parametrize("make", [energy_policy, energy_mlp_policy])
