@@ -207,7 +207,7 @@ def test_pusht_policy_presets_set_their_chunk_and_execution_horizon():
     assert n_act("policy=diffusion", "task=obstacle_reach") == 8 and n_act("policy=energy", "task=obstacle_reach") == 8
     assert n_act("policy=energy", "task=pusht") == 2  # pusht_energy.yaml: energy score, 6-action chunks
     energy = policy_cfg("policy=energy", "task=pusht")
-    assert (energy.horizon, energy.spread_weight, energy.n_candidates) == (6, 0.5, 4)
+    assert (energy.horizon, energy.spread_weight, energy.n_candidates, energy.backbone) == (6, 0.5, 4, "resmlp")
     assert n_act("policy=diffusion", "task=pusht_image") == 2  # pusht_image_diffusion.yaml includes it
     # the DSRL-shaped preset: a 4-action chunk executed whole from the last observation (no task specialization)
     mlp = policy_cfg("policy=diffusion_mlp", "task=pusht")
