@@ -123,6 +123,9 @@ class EnergyConfig(ChunkConfig):
             raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer', 'mlp' or 'resmlp'")
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise ValueError(f"hidden_dims={self.hidden_dims} must be a non-empty list of positive widths")
+        if self.backbone == "resmlp" and len(set(self.hidden_dims)) > 1:
+            raise ValueError(f"backbone='resmlp' has one width (its residual blocks add to their input): "
+                             f"hidden_dims={self.hidden_dims} must repeat one width")
         if self.energy_form not in ("scalar", "reconstruction"):
             raise ValueError(f"unknown energy_form {self.energy_form!r}; choose 'scalar' or 'reconstruction'")
         if self.energy_form == "reconstruction" and self.backbone != "mlp":

@@ -37,7 +37,10 @@ def _step_conditioned_energy_mlp() -> EnergyPolicy:
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, d_model=32, n_layers=1)),
     lambda: ImplicitBCPolicy(ImplicitBCConfig(obs_dim=5, action_dim=2)),
     _step_conditioned_energy_mlp,
-], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned"])
+    lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="resmlp", hidden_dims=[32, 32])),
+    lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="mlp", hidden_dims=[32],
+                                      energy_form="reconstruction")),
+], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned", "energy_resmlp", "energy_reconstruction"])
 def test_chunked_policy_networks_match_torch_in_onnxruntime(tmp_path, make):
     policy = make()
     path = export_onnx(policy, tmp_path / "policy.onnx")

@@ -393,6 +393,8 @@ def test_mlp_backbone_descends_into_both_modes(backbone, step_conditioned, energ
         EnergyConfig(backbone="cnn").validate()
     with pytest.raises(ValueError, match="hidden_dims"):
         EnergyConfig(backbone="mlp", hidden_dims=[]).validate()
+    with pytest.raises(ValueError, match="one width"):
+        EnergyConfig(backbone="resmlp", hidden_dims=[64, 32]).validate()
 
 
 def test_reconstruction_energy_is_half_the_squared_distance_to_its_reconstruction():
