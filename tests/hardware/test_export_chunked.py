@@ -32,14 +32,23 @@ def _step_conditioned_energy_mlp() -> EnergyPolicy:
     return policy
 
 
+def _reconstruction_energy_mlp() -> EnergyPolicy:
+    """A reconstruction energy; its output layer starts at zero (E = 0.5 |a|^2): give it weights to carry."""
+    policy = EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="mlp", hidden_dims=[32],
+                                       energy_form="reconstruction"))
+    with torch.no_grad():
+        policy.model.net[-1].weight.normal_(std=0.1)
+        policy.model.net[-1].bias.normal_(std=0.1)
+    return policy
+
+
 @pytest.mark.parametrize("make", [
     _diffusion,
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, d_model=32, n_layers=1)),
     lambda: ImplicitBCPolicy(ImplicitBCConfig(obs_dim=5, action_dim=2)),
     _step_conditioned_energy_mlp,
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="resmlp", hidden_dims=[32, 32])),
-    lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="mlp", hidden_dims=[32],
-                                      energy_form="reconstruction")),
+    _reconstruction_energy_mlp,
 ], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned", "energy_resmlp", "energy_reconstruction"])
 def test_chunked_policy_networks_match_torch_in_onnxruntime(tmp_path, make):
     policy = make()
