@@ -19,10 +19,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..chunked import draw_noise, standard_noise
 from ..diffusion.mlp import ResidualBlock
-from ..normalize import Normalizer
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
-from .energy_mlp import EnergyMLP
+from .energy_mlp import ChunkInputs, EnergyMLP
 
 
 class LearnedStepSize:
@@ -55,7 +54,7 @@ class StepEmbedding:
         return self.step_embed.weight[self.step_embed.num_embeddings - 1 if step is None else int(step)]
 
 
-class EnergyTransformer(LearnedStepSize, StepEmbedding, nn.Module):
+class EnergyTransformer(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
     """Tokens ``[obs_1 .. obs_T, a_1 .. a_H, CLS]`` (``actions_per_token`` actions per action token)
     -> TransformerEncoder -> Linear(CLS output) = energy (B,)."""
 
@@ -64,8 +63,7 @@ class EnergyTransformer(LearnedStepSize, StepEmbedding, nn.Module):
         config.validate()
         self.config = config
         d = config.d_model
-        self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
-        self.action_normalizer = Normalizer(config.action_dim, "min_max")
+        self._init_normalizers(config)
         self.obs_embed = nn.Linear(config.obs_dim, d)
         self.action_embed = nn.Linear(config.action_dim * config.actions_per_token, d)
         self.cls = nn.Parameter(torch.zeros(1, 1, d))
@@ -110,11 +108,13 @@ class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
-        out = self.biased_energy(obs_n, chunk, self.step_bias(step))
-        return 0.5 * (chunk.flatten(1) - out).pow(2).sum(-1) if self.reconstruct else out
+        if not self.reconstruct:
+            return self.biased_energy(obs_n, chunk, self.step_bias(step))
+        r = self.biased_output(obs_n, chunk, self.step_bias(step))  # (B, H * A)
+        return 0.5 * (chunk.flatten(1) - r).pow(2).sum(-1)
 
 
-class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, nn.Module):
+class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
     """The energy policy's ``backbone: resmlp``: the flattened window and chunk -> Linear to width
     ``hidden_dims[0]`` -> ``len(hidden_dims)`` pre-LayerNorm residual blocks (``ResidualBlock``, Mish: smooth)
     -> LayerNorm, Mish, Linear -> energy (B,); the diffusion policy's MLP denoiser with a scalar head."""
@@ -124,9 +124,8 @@ class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, nn.Module):
         config.validate()
         self.config = config
         width = config.hidden_dims[0]
-        self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
-        self.action_normalizer = Normalizer(config.action_dim, "min_max")
-        self.inp = nn.Linear(config.n_obs_steps * config.obs_dim + config.horizon * config.action_dim, width)
+        self._init_normalizers(config)
+        self.inp = nn.Linear(self.flat_width(config), width)
         self.blocks = nn.Sequential(*[ResidualBlock(width) for _ in config.hidden_dims])
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Mish(), nn.Linear(width, 1))
         self._init_step_size(config)
@@ -134,7 +133,7 @@ class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, nn.Module):
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
-        h = self.inp(torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)) + self.step_bias(step)
+        h = self.inp(self.flatten(obs_n, chunk)) + self.step_bias(step)
         return self.out(self.blocks(h)).squeeze(-1)
 
 
