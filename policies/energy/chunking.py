@@ -99,7 +99,8 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)} raw -> loss.
         With "init" (B, horizon, action_dim), normalized guesses, ``action`` holds the chunk each guess
-        must descend to (a teacher's, see ``robo.imitation.distill``); only ``learns_from_pairs`` policies."""
+        must descend to (a teacher's, see ``robo.imitation.distill``); only ``learns_from_pairs`` policies.
+        ``config.obs_noise_std`` > 0 adds N(0, std^2) noise to the normalized observations."""
         for key in ("obs", "action"):
             if key not in batch:
                 raise KeyError(f"batch needs {key!r}, got {sorted(batch)}")
@@ -111,7 +112,10 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
                 raise ValueError(f"{type(self).__name__} learns from demonstrations only, not from (guess, chunk) "
                                  f"pairs: drop the batch's 'init'")
             pairs["init"] = self._initial_guess(batch["init"], obs.shape[0])
-        return self._loss(self.model.obs_normalizer(obs), self.model.action_normalizer(action).clamp(-1, 1), **pairs)
+        obs_n = self.model.obs_normalizer(obs)
+        if self.config.obs_noise_std > 0:  # a regularizer: nearby states should get the demo's chunk too
+            obs_n = obs_n + self.config.obs_noise_std * torch.randn_like(obs_n)
+        return self._loss(obs_n, self.model.action_normalizer(action).clamp(-1, 1), **pairs)
 
     # --- per-env queues (LeRobot's select_action) -------------------------------------------
 

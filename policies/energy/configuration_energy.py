@@ -23,6 +23,7 @@ class ChunkConfig:
     horizon: int = 16
     n_action_steps: int = 8
     obs_norm: str = "min_max"  # min_max | mean_std | identity
+    obs_noise_std: float = 0.0  # std of N(0, .) noise on the normalized observations in the training loss (0: off)
     image_shape: list[int] | None = None  # image observations are not supported yet: must stay None
     use_ema: bool = False  # act with (and save) a moving average of the weights (policies.ema)
     ema_power: float = 0.75  # the average's warm-up: decay 1 - (1 + step) ** -power ...
@@ -40,6 +41,8 @@ class ChunkConfig:
                              f"after n_obs_steps={self.n_obs_steps}: need horizon >= n_obs_steps - 1 + n_action_steps")
         if self.obs_norm not in NORM_MODES:
             raise ValueError(f"unknown obs_norm {self.obs_norm!r}; choose one of {list(NORM_MODES)}")
+        if not self.obs_noise_std >= 0.0:
+            raise ValueError(f"obs_noise_std={self.obs_noise_std} must be >= 0")
         if not 0.0 <= self.ema_max_decay < 1.0 or not self.ema_power > 0:
             raise ValueError(f"ema_max_decay={self.ema_max_decay} must lie in [0, 1) and ema_power={self.ema_power} "
                              "be positive")
@@ -91,7 +94,7 @@ class EnergyConfig(ChunkConfig):
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp / resmlp
     energy_form: str = "scalar"  # backbone = mlp: scalar (E = the MLP) | reconstruction (E = 0.5 |a - MLP(obs, a)|^2)
     d_model: int = 64
-    actions_per_token: int = 1  # transformer: consecutive actions embedded in one token (horizon must be a multiple)
+    actions_per_token: int = 2  # transformer: consecutive actions embedded in one token (horizon must be a multiple)
     n_heads: int = 4
     n_layers: int = 2
     ff_dim: int = 128
@@ -109,7 +112,7 @@ class EnergyConfig(ChunkConfig):
     n_hypotheses: int = 1  # guesses per demo in training: winner-takes-all (regression, > 1) or energy-score samples
     spread_weight: float = 1.0  # energy score: weight of its spread term; < 1 sharpens the samples (improper)
     hypothesis_mix: float = 0.1  # weight of the mean (vs. the min) over hypotheses
-    contrastive_weight: float = 0.1
+    contrastive_weight: float = 0.0  # InfoNCE weight (demo vs negatives); > 0 sharpens the energy
     n_negatives: int = 16
     contrastive_negatives: str = "uniform"  # uniform (n_negatives chunks in [-1, 1]) | descended (the M samples)
     n_candidates: int = 1  # guesses descended per chunk at inference; the lowest final energy wins

@@ -15,8 +15,8 @@ STATS = {"obs": {"min": -torch.ones(2), "max": torch.ones(2)},
 
 
 def energy_policy(**kw) -> EnergyPolicy:
-    cfg = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=4, n_action_steps=2, d_model=32, n_heads=2,
-               n_layers=1, ff_dim=64, n_steps=2, train_steps=2, contrastive_weight=0.0)
+    cfg = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=4, n_action_steps=2, actions_per_token=1, d_model=32,
+               n_heads=2, n_layers=1, ff_dim=64, n_steps=2, train_steps=2, contrastive_weight=0.0)
     policy = EnergyPolicy(EnergyConfig(**{**cfg, **kw}))
     policy.set_normalization(STATS)
     return policy
@@ -289,6 +289,24 @@ def test_bad_configs_raise():
     # the MLP backbone has no action tokens: any horizon
     odd = EnergyPolicy(EnergyConfig(backbone="mlp", hidden_dims=[16], horizon=5, n_action_steps=2, actions_per_token=2))
     assert odd.horizon == 5
+
+
+def test_observation_noise_perturbs_the_training_loss_only():
+    with pytest.raises(ValueError, match="obs_noise_std"):
+        EnergyConfig(obs_noise_std=-0.1).validate()
+    noisy, clean = energy_mlp_policy(obs_noise_std=0.5), energy_mlp_policy()
+    clean.model.load_state_dict(noisy.model.state_dict())
+    batch = toy_batch(32, 4, torch.Generator().manual_seed(0))
+    obs_n = clean.model.obs_normalizer(batch["obs"])
+    action_n = clean.model.action_normalizer(batch["action"]).clamp(-1, 1)
+    torch.manual_seed(3)
+    by_hand = clean._loss(obs_n + 0.5 * torch.randn_like(obs_n), action_n)  # the noise is drawn first
+    torch.manual_seed(3)
+    assert torch.allclose(noisy.compute_loss(batch), by_hand)
+    torch.manual_seed(3)
+    assert not torch.allclose(clean.compute_loss(batch), by_hand)
+    guess = torch.zeros(32, 4, 2)
+    assert torch.equal(noisy.predict_chunk(batch["obs"], guess), clean.predict_chunk(batch["obs"], guess))
 
 
 def test_relaxed_winner_takes_all_loss():

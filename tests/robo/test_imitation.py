@@ -1,17 +1,22 @@
 """Imitation: training windows, the generic trainer (resume, NaN stop), evaluation, the CLI."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+import robo.configs as robo_configs
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
 from robo.imitation import (ChunkWindows, ImitationTrainer, TrainConfig, TrainingDiverged, compute_stats,
                             evaluate_chunked_policy)
+from robo.imitation.sources import IMITATION_POLICIES
 from sims.toy import ENV_ID, generate_demos
 from tests.hydra_configs import composed
 
@@ -335,3 +340,15 @@ def test_mirror_demos_append_each_demos_mirror_image():
         load_episodes({**task, "mirror_demos": True, "symmetry": None}, None, None, seed=0)
     with pytest.raises(ValueError, match="mirror-symmetric"):  # the env's own goal sets the mirror line
         load_episodes({**task, "mirror_demos": True, "env_kwargs": {"config": {"goal_x": 0.05}}}, None, None, seed=0)
+
+
+@pytest.mark.parametrize("name", ["diffusion", "energy", "implicit_bc"])
+def test_policy_yaml_mirrors_its_config_dataclass(name):
+    """configs/policy/<name>.yaml sets every field of its config dataclass (bar the shapes taken from the
+    data) to the dataclass's default: the Python API and ``robo train policy=<name>`` build the same policy."""
+    raw = OmegaConf.to_container(OmegaConf.load(Path(robo_configs.__path__[0]) / "policy" / f"{name}.yaml"))
+    config_class = IMITATION_POLICIES[raw["kind"]][0]
+    fields = {k: v for k, v in raw.items() if k not in ("kind", "train")}
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(config_class) if f.name not in ("obs_dim", "action_dim", "image_shape")}
+    assert fields == defaults
