@@ -89,7 +89,7 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
         """
         obs = self._obs_history(obs_history)
         init = self._initial_guess(noise, obs.shape[0])
-        model = self.inference_model
+        model = self.inference_model.eval()  # dropout off (``compute_loss`` switches ``model`` to training mode)
         chunk_n, energy = self._infer(model.obs_normalizer(obs), init, **infer_options)
         actions = model.action_normalizer.unnormalize(chunk_n)
         self.last_energy = energy.detach()
@@ -106,6 +106,7 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
                 raise KeyError(f"batch needs {key!r}, got {sorted(batch)}")
         obs = self._obs_history(batch["obs"])
         action = check_tensor(batch["action"], (obs.shape[0], self.horizon, self.action_dim), "batch['action']")
+        self.model.train()  # dropout on (``predict_chunk`` switches back)
         pairs = {}
         if batch.get("init") is not None:
             if not self.learns_from_pairs:

@@ -98,7 +98,7 @@ class EnergyConfig(ChunkConfig):
     n_heads: int = 4
     n_layers: int = 2
     ff_dim: int = 128
-    dropout: float = 0.0
+    dropout: float = 0.0  # in training: transformer layers' dropout / resmlp's residual dropout (not mlp)
     n_steps: int = 2  # gradient steps at inference
     train_steps: int = 2  # unrolled gradient steps in training
     step_size: float = 1.0  # initial value of the step size
@@ -129,6 +129,10 @@ class EnergyConfig(ChunkConfig):
         if self.backbone == "resmlp" and len(set(self.hidden_dims)) > 1:
             raise ValueError(f"backbone='resmlp' has one width (its residual blocks add to their input): "
                              f"hidden_dims={self.hidden_dims} must repeat one width")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout} must lie in [0, 1)")
+        if self.dropout > 0 and self.backbone == "mlp":
+            raise ValueError("dropout applies to backbone='transformer' or 'resmlp', not 'mlp'")
         if self.energy_form not in ("scalar", "reconstruction"):
             raise ValueError(f"unknown energy_form {self.energy_form!r}; choose 'scalar' or 'reconstruction'")
         if self.energy_form == "reconstruction" and self.backbone != "mlp":

@@ -126,7 +126,7 @@ class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module
         width = config.hidden_dims[0]
         self._init_normalizers(config)
         self.inp = nn.Linear(self.flat_width(config), width)
-        self.blocks = nn.Sequential(*[ResidualBlock(width) for _ in config.hidden_dims])
+        self.blocks = nn.Sequential(*[ResidualBlock(width, config.dropout) for _ in config.hidden_dims])
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Mish(), nn.Linear(width, 1))
         self._init_step_size(config)
         self._init_step_embedding(config, width)

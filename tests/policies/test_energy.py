@@ -309,6 +309,24 @@ def test_observation_noise_perturbs_the_training_loss_only():
     assert torch.equal(noisy.predict_chunk(batch["obs"], guess), clean.predict_chunk(batch["obs"], guess))
 
 
+@pytest.mark.parametrize("backbone", ["resmlp", "transformer"])
+def test_dropout_acts_in_the_training_loss_only(backbone):
+    for bad, match in ((1.0, "dropout"), (-0.1, "dropout"), (0.1, "not 'mlp'")):
+        with pytest.raises(ValueError, match=match):
+            EnergyConfig(backbone="mlp" if match == "not 'mlp'" else backbone, dropout=bad).validate()
+    make = partial(energy_mlp_policy, backbone=backbone)
+    dropped, plain = make(dropout=0.5), make()
+    plain.model.load_state_dict(dropped.model.state_dict())  # the same weights and keys
+    batch = toy_batch(32, 4, torch.Generator().manual_seed(0))
+    losses = {}
+    for name, policy in (("dropped", dropped), ("plain", plain)):
+        torch.manual_seed(3)
+        losses[name] = policy.compute_loss(batch)
+    assert not torch.allclose(losses["dropped"], losses["plain"])  # the masks change the descent and the loss
+    guess = torch.zeros(32, 4, 2)
+    assert torch.equal(dropped.predict_chunk(batch["obs"], guess), plain.predict_chunk(batch["obs"], guess))
+
+
 def test_relaxed_winner_takes_all_loss():
     from policies.energy.modeling_energy import hypothesis_loss
 
