@@ -311,9 +311,9 @@ def test_observation_noise_perturbs_the_training_loss_only():
 
 @pytest.mark.parametrize("backbone", ["resmlp", "transformer"])
 def test_dropout_acts_in_the_training_loss_only(backbone):
-    for bad, match in ((1.0, "dropout"), (-0.1, "dropout"), (0.1, "not 'mlp'")):
+    for kind, bad, match in ((backbone, 1.0, "dropout"), (backbone, -0.1, "dropout"), ("mlp", 0.1, "not 'mlp'")):
         with pytest.raises(ValueError, match=match):
-            EnergyConfig(backbone="mlp" if match == "not 'mlp'" else backbone, dropout=bad).validate()
+            EnergyConfig(backbone=kind, dropout=bad).validate()
     make = partial(energy_mlp_policy, backbone=backbone)
     dropped, plain = make(dropout=0.5), make()
     plain.model.load_state_dict(dropped.model.state_dict())  # the same weights and keys
