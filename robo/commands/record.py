@@ -3,6 +3,8 @@
     robo record task=pusht episodes=200 out=data/pusht obs=state       # the scripted expert
     robo record task=pusht episodes=200 out=data/pusht_image obs=image
     robo record task=figure_eight policy=raptor episodes=64 out=data/quad_fig8
+    robo record task=pusht policy=checkpoint policy.path=<policy folder> episodes=1000 attempts=3 out=data/pusht_self
+        # an imitation policy's own successes from 1000 starts (up to 3 tries each): self-imitation data
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from robo.datasets.record import record_pusht, record_quadrotor
+from robo.datasets.record import record_pusht, record_pusht_rollouts, record_quadrotor
 from robo.run_dir import write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
@@ -29,9 +31,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     kind = policy.pop("kind", None)
     common = dict(seed=int(c["seed"]), keep_failures=bool(c["keep_failures"]), overwrite=bool(c["overwrite"]))
     if task["name"] == "pusht":
-        if kind != "expert":
-            raise ValueError(f"policy={kind!r}: push-T demos come from the scripted expert (policy=expert)")
-        result = record_pusht(out, int(c["episodes"]), obs=c["obs"], expert=policy, **common)
+        if kind == "checkpoint":
+            if c["obs"] != "state":
+                raise ValueError("a push-T policy's rollouts are recorded with state observations only (obs=state)")
+            result = record_pusht_rollouts(out, policy["path"], int(c["episodes"]), attempts=int(c["attempts"]),
+                                           env=(task.get("env_kwargs") or {}).get("config"), **common)
+        elif kind == "expert":
+            result = record_pusht(out, int(c["episodes"]), obs=c["obs"], expert=policy, **common)
+        else:
+            raise ValueError(f"policy={kind!r}: push-T episodes come from the scripted expert (policy=expert) or "
+                             f"from an imitation policy (policy=checkpoint policy.path=<folder>)")
     elif task["name"] in QUADROTOR_TASKS:
         if kind == "expert":
             raise ValueError("the scripted expert flies push-T only; record quadrotors with policy=raptor "

@@ -43,6 +43,18 @@ def pusht_features(obs: str, image_size: int = 96) -> dict:
     raise ValueError(f"obs={obs!r}; choose 'state' or 'image'")
 
 
+def _add_pusht_episode(writer: DatasetWriter, ep: dict, obs: str = "state") -> None:
+    """One push-T episode {"obs" (T, 5 or 2), "action" (T, 2), "reward" (T,)[, "image", "state"]} -> ``writer``."""
+    for t in range(len(ep["action"])):
+        frame = {"observation.state": ep["obs"][t], "action": ep["action"][t],
+                 "next.reward": ep["reward"][t], "next.done": t == len(ep["action"]) - 1}
+        if obs == "image":
+            frame["observation.image"] = ep["image"][t].transpose(1, 2, 0)
+            frame["observation.environment_state"] = ep["state"][t]
+        writer.add_frame(frame)
+    writer.save_episode(PUSHT_TASK)
+
+
 def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int = 0, keep_failures: bool = False,
                  overwrite: bool = False, progress: bool = True, expert: dict | None = None,
                  env: dict | None = None) -> dict:
@@ -57,14 +69,7 @@ def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int =
     with DatasetWriter(out, fps, features, robot_type="pusht_disc", overwrite=overwrite) as w:
         bar = tqdm(total=episodes, desc="record pusht", disable=not progress, leave=False)
         for ep, attempt in iter_demos(episodes, seed, obs, keep_failures, expert=expert, env=env):
-            for t in range(len(ep["action"])):
-                frame = {"observation.state": ep["obs"][t], "action": ep["action"][t],
-                         "next.reward": ep["reward"][t], "next.done": t == len(ep["action"]) - 1}
-                if obs == "image":
-                    frame["observation.image"] = ep["image"][t].transpose(1, 2, 0)
-                    frame["observation.environment_state"] = ep["state"][t]
-                w.add_frame(frame)
-            w.save_episode(PUSHT_TASK)
+            _add_pusht_episode(w, ep, obs)
             frames += len(ep["action"])
             successes += bool(ep["coverage"][-1] >= PushTConfig.from_dict(env).success_threshold)
             last_attempt = attempt
@@ -73,6 +78,32 @@ def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int =
     return {"dataset": str(out), "episodes": episodes, "frames": frames, "attempts": last_attempt + 1,
             "expert_success_rate": successes / (last_attempt + 1) if not keep_failures else successes / episodes,
             "mean_episode_length": frames / episodes, "seconds": time.time() - t0}
+
+
+def record_pusht_rollouts(out: str | Path, policy_path: str | Path, starts: int, seed: int = 0, attempts: int = 1,
+                          keep_failures: bool = False, overwrite: bool = False, env: dict | None = None) -> dict:
+    """A push-T policy's own episodes (state observations) -> a LeRobot dataset at ``out``: each of ``starts``
+    starts (reset seeds ``seed``..) is played up to ``attempts`` times and its first success kept
+    (``robo.imitation.evaluate.collect_successes``), the data of self-imitation: train on the demos plus these
+    with ``robo train ... extra_dataset=<out> init_from=<policy>``. Actions are the pusher targets executed."""
+    from policies.registry import load_policy
+    from robo.imitation.evaluate import collect_successes
+    from sims.pusht import PushTConfig
+
+    policy = load_policy(policy_path)
+    t0 = time.time()
+    env_kwargs = {"obs_type": "state", "render_mode": None, "config": env}
+    episodes, stats = collect_successes(policy, "robo/PushT-v0", starts, seed, attempts, env_kwargs=env_kwargs,
+                                        keep_failures=keep_failures)
+    if not episodes:
+        raise RuntimeError(f"the policy {policy_path} succeeded from none of {starts} starts in {attempts} attempts")
+    with DatasetWriter(out, PushTConfig.from_dict(env).control_hz, pusht_features("state"),
+                       robot_type="pusht_disc", overwrite=overwrite) as w:
+        for ep in episodes:
+            _add_pusht_episode(w, ep)
+    frames = sum(len(ep["action"]) for ep in episodes)
+    return {"dataset": str(out), "episodes": len(episodes), "frames": frames, **stats,
+            "mean_episode_length": frames / len(episodes), "seconds": time.time() - t0}
 
 
 @torch.no_grad()

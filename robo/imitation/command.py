@@ -17,7 +17,7 @@ from robo.run_dir import check_resume_config, write_json, write_resolved_config
 from .data import ChunkWindows, compute_stats
 from .distill import DistillConfig, teacher_labels
 from .evaluate import evaluate_chunked_policy, evaluate_flights
-from .sources import load_episodes, make_imitation_policy
+from .sources import init_weights, load_episodes, make_imitation_policy
 from .trainer import ImitationTrainer, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -65,10 +65,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         log.info("resuming %s", run_dir)
     write_resolved_config(run_dir, cfg)
     task, pcfg = c["task"], c["policy"]
-    episodes = load_episodes(task, c.get("dataset"), c.get("demos"), int(c["seed"]))
+    episodes = load_episodes(task, c.get("dataset"), c.get("demos"), int(c["seed"]), c.get("extra_dataset"))
     image_shape = list(episodes[0]["image"].shape[1:]) if "image" in episodes[0] else None
     policy = make_imitation_policy(pcfg, episodes[0]["obs"].shape[-1], episodes[0]["action"].shape[-1], image_shape)
     policy.set_normalization(compute_stats(episodes))
+    if c.get("init_from") and not cfg.resume:
+        init_weights(policy, c["init_from"])  # its normalization too: the weights were trained with it
+        log.info("weights and normalization initialized from %s", c["init_from"])
     log.info("%d demonstrations, %d frames; %s policy with %d parameters", len(episodes),
              sum(len(e["obs"]) for e in episodes), pcfg["kind"], sum(p.numel() for p in policy.model.parameters()))
     windows = ChunkWindows(episodes, policy.n_obs_steps, policy.horizon, policy.n_action_steps)

@@ -42,6 +42,43 @@ def _stack(obs_list: list) -> np.ndarray | dict[str, np.ndarray]:
     return np.stack(obs_list).astype(np.float32)
 
 
+def _play_batch(policy: ChunkedPolicy, envs: list[gym.Env], reset_seeds: list[int], noise_seeds: list[int],
+                obs_fn: Callable, limit: int | None, frames: list | None = None, record: bool = False) -> dict:
+    """Play one episode in each of ``envs`` at once (env i reset with ``reset_seeds[i]``, the policy's noise drawn
+    from a generator seeded with ``noise_seeds[i]``) until all end or ``limit`` steps pass. Returns per-episode
+    arrays success, best (max reward), ret, length, and with ``record`` the episodes {"obs" (T, obs_dim), "action"
+    (T, action_dim) as executed, "reward" (T,)}; appends env 0's frames to ``frames`` when given."""
+    n = len(envs)
+    obs = [obs_fn(e.reset(seed=s)[0]) for e, s in zip(envs, reset_seeds)]
+    done, success = np.zeros(n, bool), np.zeros(n, bool)
+    best, ret, length = np.full(n, -np.inf), np.zeros(n), np.zeros(n, int)
+    rows = [{"obs": [], "action": [], "reward": []} for _ in range(n)]
+    gens = [torch.Generator().manual_seed(int(s)) for s in noise_seeds]
+    policy.reset()
+    step = 0
+    while not done.all() and (limit is None or step < limit):
+        if frames is not None and not done[0]:
+            frames.append(envs[0].render())
+        noise = torch.cat([draw_noise(policy, 1, g) for g in gens])
+        actions = np.asarray(policy.act(_stack(obs), noise=noise))
+        for i in np.nonzero(~done)[0]:
+            if record:
+                rows[i]["obs"].append(obs[i])
+                rows[i]["action"].append(actions[i])
+            o, r, term, trunc, info = envs[i].step(actions[i])
+            obs[i] = obs_fn(o)
+            best[i], ret[i], length[i] = max(best[i], r), ret[i] + r, length[i] + 1
+            if record:
+                rows[i]["reward"].append(r)
+            if term or trunc:
+                done[i], success[i] = True, bool(info.get("is_success", False))
+        step += 1
+    out = {"success": success, "best": best, "ret": ret, "length": length}
+    if record:
+        out["episodes"] = [{k: np.asarray(v, np.float32) for k, v in row.items()} for row in rows]
+    return out
+
+
 def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episodes: int = 100, seed: int = 0,
                             num_envs: int = 50, max_steps: int | None = None, video_path: str | Path | None = None,
                             env_kwargs: dict | None = None, obs_fn: Callable | None = None) -> dict[str, float]:
@@ -58,39 +95,61 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
     """
     make = _factory(env, env_kwargs)
     obs_fn = obs_fn or policy_observation
-    successes, max_rewards, returns, lengths, frames = [], [], [], [], []
+    results, frames = [], [] if video_path else None
     for first in range(0, episodes, num_envs):
         n = min(num_envs, episodes - first)
         envs = [make(render_mode="rgb_array") if (video_path and first == 0 and i == 0) else make() for i in range(n)]
-        obs = [obs_fn(e.reset(seed=seed + first + i)[0]) for i, e in enumerate(envs)]
         limit = max_steps or (envs[0].spec.max_episode_steps if envs[0].spec else None)
-        done = np.zeros(n, bool)
-        success, best, ret, length = np.zeros(n, bool), np.full(n, -np.inf), np.zeros(n), np.zeros(n, int)
-        gens = [torch.Generator().manual_seed(seed + first + i) for i in range(n)]
-        policy.reset()
-        step = 0
-        while not done.all() and (limit is None or step < limit):
-            if video_path and first == 0 and not done[0]:
-                frames.append(envs[0].render())
-            noise = torch.cat([draw_noise(policy, 1, g) for g in gens])
-            actions = np.asarray(policy.act(_stack(obs), noise=noise))
-            for i in np.nonzero(~done)[0]:
-                o, r, term, trunc, info = envs[i].step(actions[i])
-                obs[i] = obs_fn(o)
-                best[i], ret[i], length[i] = max(best[i], r), ret[i] + r, length[i] + 1
-                if term or trunc:
-                    done[i], success[i] = True, bool(info.get("is_success", False))
-            step += 1
+        seeds = list(range(seed + first, seed + first + n))
+        results.append(_play_batch(policy, envs, seeds, seeds, obs_fn, limit, frames if first == 0 else None))
         for e in envs:
             e.close()
-        successes += list(success)
-        max_rewards += list(best)
-        returns += list(ret)
-        lengths += list(length)
-    if video_path and frames:
+    if frames:
         write_video(video_path, frames)
-    return {"success_rate": float(np.mean(successes)), "mean_max_reward": float(np.mean(max_rewards)),
-            "mean_return": float(np.mean(returns)), "mean_length": float(np.mean(lengths)), "episodes": episodes}
+    cat = {k: np.concatenate([r[k] for r in results]) for k in ("success", "best", "ret", "length")}
+    return {"success_rate": float(np.mean(cat["success"])), "mean_max_reward": float(np.mean(cat["best"])),
+            "mean_return": float(np.mean(cat["ret"])), "mean_length": float(np.mean(cat["length"])),
+            "episodes": episodes}
+
+
+def _attempt_seed(start_seed: int, attempt: int) -> int:
+    return start_seed if attempt == 0 else int(np.random.SeedSequence([start_seed, attempt]).generate_state(1)[0])
+
+
+def collect_successes(policy: ChunkedPolicy, env: str | EnvFactory, starts: int, seed: int = 0, attempts: int = 1,
+                      num_envs: int = 50, max_steps: int | None = None, env_kwargs: dict | None = None,
+                      keep_failures: bool = False) -> tuple[list[dict], dict]:
+    """The policy's own successful episodes, for self-imitation (filtered behaviour cloning): each of ``starts``
+    starts (reset seeds ``seed``, ``seed + 1``, ...) is played up to ``attempts`` times, each time with fresh
+    noise (attempt 0 of start s draws it as ``evaluate_chunked_policy`` does for the episode reset with s, from a
+    generator seeded with s, so it is that evaluation's episode; attempt a > 0 from ``SeedSequence([s, a])``), and
+    its first success is kept; ``keep_failures`` keeps each start's first attempt instead. State observations only.
+    Returns (episodes [{"obs" (T, obs_dim), "action" (T, action_dim), "reward" (T,)}] in start order,
+    {"starts", "kept", "successes_per_attempt": [(tried, succeeded), ...]})."""
+    if starts < 1 or attempts < 1:
+        raise ValueError(f"starts and attempts must be >= 1, got {starts} and {attempts}")
+    make = _factory(env, env_kwargs)
+    kept: dict[int, dict] = {}
+    pending, per_attempt = list(range(seed, seed + starts)), []
+    for a in range(attempts if not keep_failures else 1):
+        succeeded = 0
+        for first in range(0, len(pending), num_envs):
+            batch = pending[first:first + num_envs]
+            envs = [make() for _ in batch]
+            limit = max_steps or (envs[0].spec.max_episode_steps if envs[0].spec else None)
+            out = _play_batch(policy, envs, batch, [_attempt_seed(s, a) for s in batch], lambda o: o, limit,
+                              record=True)
+            for e in envs:
+                e.close()
+            if isinstance(out["episodes"][0]["obs"], dict):
+                raise ValueError("collect_successes records state observations only; this env returns dicts")
+            for s, ok, ep in zip(batch, out["success"], out["episodes"]):
+                if ok or keep_failures:
+                    kept[s] = ep
+                succeeded += int(ok)
+        per_attempt.append((len(pending), succeeded))
+        pending = [s for s in pending if s not in kept]
+    return [kept[s] for s in sorted(kept)], {"starts": starts, "kept": len(kept), "successes_per_attempt": per_attempt}
 
 
 class _SeededNoise:
