@@ -25,7 +25,7 @@ TINY_ENERGY = {"kind": "energy", "backbone": "resmlp", "hidden_dims": [32, 32], 
 class CoinEnv(gym.Env):
     """One-step episodes: success when the action's first entry is positive."""
     observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Box(-10.0, 10.0, (1,), np.float32)
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
