@@ -17,6 +17,7 @@ from robo.run_dir import write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"resume", "total_steps", "threads", "video", "plot_envs"}
+IMITATION_ONLY = ("dataset", "extra_dataset", "demos")  # train.yaml keys that RL training does not read
 
 
 def check_resume_config(run_dir: Path, c: dict) -> None:
@@ -29,6 +30,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     if is_imitation(cfg):
         return run_imitation(cfg, run_dir)
+    given = [k for k in IMITATION_ONLY if cfg.get(k) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: imitation settings, but task {cfg.task.name!r} is learned by RL "
+                         f"(choose an imitation policy and task, e.g. policy=energy task=pusht)")
     torch.set_num_threads(int(cfg.threads) or torch.get_num_threads())
     torch.manual_seed(int(cfg.seed))
     c = OmegaConf.to_container(cfg, resolve=True)

@@ -59,6 +59,8 @@ def test_bad_input_gets_a_clear_error(tmp_path):
     assert r.returncode != 0 and "unknown quadrotor preset 'hummingbird'" in r.stderr
     r = robo("eval", "policy=checkpoint", "policy.path=/nonexistent", "video.enabled=false", cwd=tmp_path)
     assert r.returncode != 0 and "not a robo checkpoint" in r.stderr
+    r = robo("train", "task=hover", "extra_dataset=data/x", cwd=tmp_path)  # an imitation setting on an RL task
+    assert r.returncode != 0 and "extra_dataset: imitation settings" in r.stderr
     r = robo("fly", cwd=tmp_path)
     assert r.returncode != 0 and "unknown command 'fly'" in r.stderr
 
