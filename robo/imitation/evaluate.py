@@ -42,12 +42,25 @@ def _stack(obs_list: list) -> np.ndarray | dict[str, np.ndarray]:
     return np.stack(obs_list).astype(np.float32)
 
 
-def _play_batch(policy: ChunkedPolicy, envs: list[gym.Env], reset_seeds: list[int], noise_seeds: list[int],
-                obs_fn: Callable, limit: int | None, frames: list | None = None, record: bool = False) -> dict:
-    """Play one episode in each of ``envs`` at once (env i reset with ``reset_seeds[i]``, the policy's noise drawn
-    from a generator seeded with ``noise_seeds[i]``) until all end or ``limit`` steps pass. Returns per-episode
-    arrays success, best (max reward), ret, length, and with ``record`` the episodes {"obs" (T, obs_dim), "action"
-    (T, action_dim) as executed, "reward" (T,)}; appends env 0's frames to ``frames`` when given."""
+def _play_batch(policy: ChunkedPolicy, make: EnvFactory, reset_seeds: list[int], noise_seeds: list[int],
+                obs_fn: Callable, max_steps: int | None, frames: list | None = None, record: bool = False) -> dict:
+    """Play one episode in each of ``len(reset_seeds)`` envs from ``make`` at once (env i reset with
+    ``reset_seeds[i]``, the policy's noise drawn from a generator seeded with ``noise_seeds[i]``) until all end or
+    ``max_steps`` (default: the env's limit) pass. Returns per-episode arrays success, best (max reward), ret, length,
+    and with ``record`` the episodes {"obs" (T, obs_dim), "action" (T, action_dim) as executed, "reward" (T,)};
+    renders env 0 into ``frames`` when given."""
+    n = len(reset_seeds)
+    envs = [make(render_mode="rgb_array") if frames is not None and i == 0 else make() for i in range(n)]
+    try:
+        return _play(policy, envs, reset_seeds, noise_seeds, obs_fn,
+                     max_steps or (envs[0].spec.max_episode_steps if envs[0].spec else None), frames, record)
+    finally:
+        for e in envs:
+            e.close()
+
+
+def _play(policy, envs, reset_seeds, noise_seeds, obs_fn, limit, frames, record) -> dict:
+    """``_play_batch``'s stepping loop on open ``envs``, ``limit`` steps at most (None: until all end)."""
     n = len(envs)
     obs = [obs_fn(e.reset(seed=s)[0]) for e, s in zip(envs, reset_seeds)]
     done, success = np.zeros(n, bool), np.zeros(n, bool)
@@ -97,13 +110,8 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
     obs_fn = obs_fn or policy_observation
     results, frames = [], [] if video_path else None
     for first in range(0, episodes, num_envs):
-        n = min(num_envs, episodes - first)
-        envs = [make(render_mode="rgb_array") if (video_path and first == 0 and i == 0) else make() for i in range(n)]
-        limit = max_steps or (envs[0].spec.max_episode_steps if envs[0].spec else None)
-        seeds = list(range(seed + first, seed + first + n))
-        results.append(_play_batch(policy, envs, seeds, seeds, obs_fn, limit, frames if first == 0 else None))
-        for e in envs:
-            e.close()
+        seeds = list(range(seed + first, seed + min(first + num_envs, episodes)))
+        results.append(_play_batch(policy, make, seeds, seeds, obs_fn, max_steps, frames if first == 0 else None))
     if frames:
         write_video(video_path, frames)
     cat = {k: np.concatenate([r[k] for r in results]) for k in ("success", "best", "ret", "length")}
@@ -135,12 +143,8 @@ def collect_successes(policy: ChunkedPolicy, env: str | EnvFactory, starts: int,
         succeeded = 0
         for first in range(0, len(pending), num_envs):
             batch = pending[first:first + num_envs]
-            envs = [make() for _ in batch]
-            limit = max_steps or (envs[0].spec.max_episode_steps if envs[0].spec else None)
-            out = _play_batch(policy, envs, batch, [_attempt_seed(s, a) for s in batch], lambda o: o, limit,
+            out = _play_batch(policy, make, batch, [_attempt_seed(s, a) for s in batch], lambda o: o, max_steps,
                               record=True)
-            for e in envs:
-                e.close()
             if isinstance(out["episodes"][0]["obs"], dict):
                 raise ValueError("collect_successes records state observations only; this env returns dicts")
             for s, ok, ep in zip(batch, out["success"], out["episodes"]):
