@@ -120,7 +120,8 @@ def export_actor(model, actor_obs_dim: int = 22, target: bool = False, actor: nn
     config = MLPConfig(obs_dim=actor_obs_dim, action_dim=layers[-1].out_features,
                        hidden_dims=[layer.out_features for layer in layers[:-1]], activation=act,
                        squash="clip" if isinstance(p, ActorCriticPolicy) else "tanh")
-    actor = MLPActor(config)
+    with torch.random.fork_rng(devices=[]):  # the layers' throwaway init must not move the RNG SB3 trains with
+        actor = MLPActor(config)
     for dst, src in zip(_linears(actor.net), layers):
         dst.weight.data.copy_(src.weight.data)
         dst.bias.data.copy_(src.bias.data)

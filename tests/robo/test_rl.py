@@ -225,3 +225,16 @@ def test_averaged_actor_is_deployed_checkpointed_and_resumed(tmp_path):
     c["algo"]["name"] = "ppo"
     with pytest.raises(ValueError, match="average_actor_steps needs td3 or sac"):
         Trainer(c, tmp_path)
+
+
+def test_checkpoints_and_evaluations_do_not_change_the_training(tmp_path):
+    """Exporting the actor (for a checkpoint, an evaluation or the best policy) must not draw from the
+    global RNGs that SB3 samples actions and batches with: a run checkpointed every 100 steps learns
+    exactly what one checkpointed once learns."""
+    obs = np.random.default_rng(0).normal(size=(8, 22)).astype(np.float32)
+    actions = []
+    for every in (100, 400):
+        t = Trainer(train_config(tmp_path / str(every), checkpoint_every=every), tmp_path / str(every))
+        t.train(progress=False)
+        actions.append(t.policy().act(obs))
+    np.testing.assert_array_equal(actions[0], actions[1])
