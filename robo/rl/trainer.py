@@ -32,6 +32,7 @@ from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevel
                              apply)
 from robo.curriculum.level_sampler import LevelReplayParamSampler
 from robo.evaluate import flight_metrics, rollout
+from robo.foundation.trim import trim_teacher
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
@@ -175,9 +176,26 @@ class Trainer:
         return task
 
     def evaluate(self) -> dict:
+        """Fly the deployable actor (``deployed_policy``) on the evaluation task."""
         e = self.c["eval"]
-        return flight_metrics(rollout(self.policy(), self.evaluation_task(), float(e["seconds"])),
-                              float(e["success_radius"]))
+        policy, trim = self.deployed_policy()
+        m = flight_metrics(rollout(policy, self.evaluation_task(), float(e["seconds"])),
+                           float(e["success_radius"]))
+        return m if trim is None else {**m, "trim_offset_m": trim["offset_m"]}
+
+    def deployed_policy(self) -> tuple:
+        """(policy, trim record or None): ``policy()``, trimmed when ``trim.starts`` > 0. A trim measures the
+        actor's steady hover offset on the nominal robot from ``trim.starts`` random starts (seed ``trim.seed``,
+        not the evaluation's) and shifts its position input to remove it (``robo.foundation.trim``); the same actor
+        always gets the same trim."""
+        t = self.c.get("trim") or {}
+        if int(t.get("starts", 0)) <= 0:
+            return self.policy(), None
+        if self.actor_obs_dim != OBS_DIM:
+            raise ValueError(f"trim flies the {OBS_DIM}-float hover observation; "
+                             "set task.action_history=0 or trim.starts=0")
+        return trim_teacher(self.policy(), self.robot, int(t.get("iterations", 2)), int(t["starts"]),
+                            int(t.get("seed", 0)))
 
     def _on_eval(self, step: int, m: dict) -> None:
         m = {"step": step, **m}
@@ -213,7 +231,7 @@ class Trainer:
             return
         self.best = m
         with atomic_directory(self.ckpt_dir / BEST) as tmp:
-            self.policy().save(tmp / "policy")
+            self.deployed_policy()[0].save(tmp / "policy")  # the trim is deterministic: the actor evaluate() flew
             (tmp / "metrics.json").write_text(json.dumps(m, indent=1, default=float))
 
     def save_checkpoint(self, step: int) -> Path:
