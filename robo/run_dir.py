@@ -79,6 +79,9 @@ def check_resume_config(run_dir: str | Path, c: dict, resumable: set[str], comma
             ("only in the checkpoint's config (removed since, e.g. by a newer robo; delete them from its "
              "config.yaml if they did not matter)", only_old),
             ("not in the checkpoint's config (added since)", only_new)) if keys)
+        if only_new:
+            hint += ("; to resume, add those to its config.yaml with values that keep the old behaviour "
+                     "(a new option's default usually does)")
         raise ValueError(f"refusing to resume {run_dir}: config differs from the checkpoint's in {diff}{hint}")
 
 

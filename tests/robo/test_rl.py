@@ -116,7 +116,7 @@ def test_resume_with_a_different_config_is_refused(tmp_path):
     newer["task"] = {k: v for k, v in newer["task"].items() if k != "reward"}  # a key a newer robo dropped
     newer["extra"] = 1  # and one it added
     with pytest.raises(ValueError, match=r"only in the checkpoint's config.*task.reward.*not in the checkpoint's "
-                                         r"config \(added since\): \['extra'\]"):
+                                         r"config \(added since\): \['extra'\]; to resume, add those"):
         check_resume_config(tmp_path, newer)
 
 
