@@ -9,7 +9,10 @@ import torch
 from tqdm import tqdm
 
 from policies.base import Policy
+from sims.envs import make_batched_task
 from sims.envs.task import BatchedQuadrotorTask
+from sims.quadrotor import ParamsBatch
+from sims.quadrotor.params import QuadrotorParams
 
 
 @dataclass
@@ -102,3 +105,11 @@ def flight_metrics(r: Rollout, success_radius: float = 0.10) -> dict[str, float]
         "crashes": int((~alive).sum()),
         "success_rate": float(((final < success_radius) & alive).mean()),
     }
+
+
+def make_fleet_task(task: dict | str, quads: list[QuadrotorParams], k: int, seed: int) -> BatchedQuadrotorTask:
+    """A batched task with ``k`` envs per quadrotor, group-major (env b flies ``quads[b // k]``), seeded."""
+    task_ = make_batched_task(task, quads[0], len(quads) * k)
+    task_.sim.set_params(ParamsBatch.from_params([q for q in quads for _ in range(k)]))
+    task_.seed(seed)
+    return task_

@@ -21,3 +21,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def heavy_crazyflie():
+    """A Crazyflie loaded to 34 g: RAPTOR settles ~10 cm low on it (no integral action, high hover throttle)."""
+    import dataclasses
+
+    from sims.envs import make_robot
+
+    return dataclasses.replace(make_robot("crazyflie"), mass=0.034)

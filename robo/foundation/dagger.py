@@ -24,7 +24,8 @@ from policies.ema import make_ema
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
 from robo.foundation.config import DaggerConfig, merged_task
-from robo.foundation.fleet import Labeller, TeacherEnsemble, feedforward_observations, make_dagger_task
+from robo.evaluate import make_fleet_task
+from robo.foundation.fleet import Labeller, TeacherEnsemble, feedforward_observations
 from robo.foundation.trim import trimmed_variants
 from sims.envs import OBS_DIM
 from sims.envs.task import BatchedQuadrotorTask
@@ -149,7 +150,7 @@ def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task:
     else:
         flyers, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
         labeller = Labeller(ensemble, np.repeat(shift, k // v, axis=0))
-    return [(make_dagger_task(merged_task(task, overrides), flyers, k // v, cfg.seed + 1000 * i), labeller)
+    return [(make_fleet_task(merged_task(task, overrides), flyers, k // v, cfg.seed + 1000 * i), labeller)
             for i, overrides in enumerate(cfg.tasks)]
 
 

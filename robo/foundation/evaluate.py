@@ -22,7 +22,7 @@ import torch
 from policies.base import Policy
 from robo.evaluate import flight_metrics, rollout
 from robo.foundation.config import HeldOutConfig
-from robo.foundation.fleet import make_dagger_task
+from robo.evaluate import make_fleet_task
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor.params import QuadrotorParams
 
@@ -51,7 +51,7 @@ def pushed(task: BatchedQuadrotorTask, force: torch.Tensor, first_step: int, ste
 
 
 def _task(name: str, quads: list[QuadrotorParams], e: HeldOutConfig, seed_offset: int) -> BatchedQuadrotorTask:
-    return make_dagger_task(name, quads, e.starts, e.seed + seed_offset)
+    return make_fleet_task(name, quads, e.starts, e.seed + seed_offset)
 
 
 def evaluate_policy(policy: Policy, quads: list[QuadrotorParams], e: HeldOutConfig) -> dict[str, float]:

@@ -4,7 +4,7 @@ Env ``b`` of a fleet of ``N`` groups of ``k`` envs belongs to group ``b // k``: 
 the teachers' quadrotors (or their variants), the held-out evaluation's the held-out quadrotors.
 ``TeacherEnsemble`` evaluates N same-architecture teachers in one ``vmap``; ``Labeller`` is that
 ensemble as a batched robo policy, each env labelled by its own teacher, optionally with a per-env
-shift of the position error it reads (a trim, see ``robo.foundation.trim``).
+shift of the position error it reads (a trim, see ``robo.rl.trim``).
 ``feedforward_observations`` lets teachers label a moving reference as if they fed its acceleration forward.
 """
 
@@ -17,11 +17,8 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 from policies.mlp import MLPPolicy
-from sims.envs import make_batched_task
 from sims.envs.observation import OBS_SLICES
 from sims.envs.task import BatchedQuadrotorTask
-from sims.quadrotor import ParamsBatch
-from sims.quadrotor.params import QuadrotorParams
 
 POSITION = OBS_SLICES["position_error"]
 VELOCITY = OBS_SLICES["velocity_error"]
@@ -101,11 +98,3 @@ def feedforward_observations(obs: torch.Tensor, task: BatchedQuadrotorTask, gain
     out[:, POSITION] -= gain * acc.to(obs.dtype)
     out[:, VELOCITY] -= gain * jerk.to(obs.dtype)
     return out
-
-
-def make_dagger_task(task: dict | str, quads: list[QuadrotorParams], k: int, seed: int) -> BatchedQuadrotorTask:
-    """A batched task with ``k`` envs per quadrotor, teacher-major (env b flies ``quads[b // k]``)."""
-    task_ = make_batched_task(task, quads[0], len(quads) * k)
-    task_.sim.set_params(ParamsBatch.from_params([q for q in quads for _ in range(k)]))
-    task_.seed(seed)
-    return task_

@@ -32,10 +32,10 @@ from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevel
                              apply)
 from robo.curriculum.level_sampler import LevelReplayParamSampler
 from robo.evaluate import flight_metrics, rollout
-from robo.foundation.trim import trim_teacher
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
+from robo.rl.trim import trim_policy
 from sims.envs import OBS_DIM, QuadrotorVectorEnv, make_batched_task
 from sims.envs.quadrotor_env import make_robot
 from sims.quadrotor.randomization import RandomizationConfig
@@ -131,6 +131,7 @@ class Trainer:
         self.curriculum_log = CurriculumLog()
         self.history: list[dict] = []
         self.best: dict | None = None  # metrics of the policy in checkpoints/best
+        self.flown = None  # the actor the last evaluate() flew, until _keep_if_best takes it
         horizon = c["algo"].get("average_actor_steps")
         if horizon and c["algo"]["name"] not in ("td3", "sac"):
             raise ValueError(f"algo.average_actor_steps needs td3 or sac, not {c['algo']['name']}; set it to null")
@@ -178,7 +179,7 @@ class Trainer:
     def evaluate(self) -> dict:
         """Fly the deployable actor (``deployed_policy``) on the evaluation task."""
         e = self.c["eval"]
-        policy, trim = self.deployed_policy()
+        policy, trim = self.flown = self.deployed_policy()
         m = flight_metrics(rollout(policy, self.evaluation_task(), float(e["seconds"])),
                            float(e["success_radius"]))
         return m if trim is None else {**m, "trim_offset_m": trim["offset_m"]}
@@ -186,7 +187,7 @@ class Trainer:
     def deployed_policy(self) -> tuple:
         """(policy, trim record or None): ``policy()``, trimmed when ``trim.starts`` > 0. A trim measures the
         actor's steady hover offset on the nominal robot from ``trim.starts`` random starts (seed ``trim.seed``,
-        not the evaluation's) and shifts its position input to remove it (``robo.foundation.trim``); the same actor
+        not the evaluation's) and shifts its position input to remove it (``robo.rl.trim``); the same actor
         always gets the same trim."""
         t = self.c.get("trim") or {}
         if int(t.get("starts", 0)) <= 0:
@@ -194,8 +195,8 @@ class Trainer:
         if self.actor_obs_dim != OBS_DIM:
             raise ValueError(f"trim flies the {OBS_DIM}-float hover observation; "
                              "set task.action_history=0 or trim.starts=0")
-        return trim_teacher(self.policy(), self.robot, int(t.get("iterations", 2)), int(t["starts"]),
-                            int(t.get("seed", 0)))
+        return trim_policy(self.policy(), self.robot, int(t.get("iterations", 2)), int(t["starts"]),
+                           int(t.get("seed", 0)))
 
     def _on_eval(self, step: int, m: dict) -> None:
         m = {"step": step, **m}
@@ -226,12 +227,14 @@ class Trainer:
 
     # Checkpoints ---------------------------------------------------------------
     def _keep_if_best(self, m: dict) -> None:
-        """Write the current actor to ``checkpoints/best`` if evaluation ``m`` beats the best so far."""
+        """Write the actor of evaluation ``m`` to ``checkpoints/best`` if ``m`` beats the best so far: the actor
+        ``evaluate()`` flew (trimmed or not), else the current ``deployed_policy()``."""
+        flown, self.flown = self.flown, None
         if self.best is not None and evaluation_key(m) >= evaluation_key(self.best):
             return
         self.best = m
         with atomic_directory(self.ckpt_dir / BEST) as tmp:
-            self.deployed_policy()[0].save(tmp / "policy")  # the trim is deterministic: the actor evaluate() flew
+            (flown if flown is not None else self.deployed_policy())[0].save(tmp / "policy")
             (tmp / "metrics.json").write_text(json.dumps(m, indent=1, default=float))
 
     def save_checkpoint(self, step: int) -> Path:

@@ -13,9 +13,10 @@ import torch
 
 from policies.mlp import MLPConfig, MLPPolicy
 from policies.registry import load_policy
+from robo.evaluate import make_fleet_task
 from robo.foundation import (DaggerConfig, FoundationRunConfig, HeldOutConfig, Labeller, Manifest, TeacherEnsemble,
                              collect, held_out_quadrotors, run_pipeline, run_teachers, sample_quadrotors, train_teacher)
-from robo.foundation.dagger import as_policy, bptt_epoch, make_dagger_task, make_student
+from robo.foundation.dagger import as_policy, bptt_epoch, make_student
 from robo.foundation.evaluate import evaluate_policy
 from robo.foundation.teachers import teacher_specs
 from robo.rl.trainer import evaluation_key
@@ -110,7 +111,7 @@ def test_teacher_ensemble_labels_each_group_with_its_own_teacher():
 
 
 def test_labeller_acts_like_each_env_s_teacher_trimmed_by_its_shift():
-    from robo.foundation.trim import shifted
+    from robo.rl.trim import shifted
 
     teachers = _teachers(2)
     obs, shift = torch.randn(6, 22), np.random.default_rng(0).normal(0.0, 0.05, (6, 3))
@@ -141,7 +142,7 @@ def test_variants_are_teacher_major_and_each_teacher_is_trimmed_on_each():
 def test_collect_records_sequences_labelled_by_the_env_s_teacher():
     teachers = _teachers(2)
     quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=0)
-    task = make_dagger_task("hover", quads, 3, seed=0)
+    task = make_fleet_task("hover", quads, 3, seed=0)
     assert torch.allclose(task.sim.params.mass[:3], torch.tensor(quads[0].mass, dtype=torch.float32))
     assert torch.allclose(task.sim.params.mass[3:], torch.tensor(quads[1].mass, dtype=torch.float32))
     student = make_student("gru", DaggerConfig())
@@ -225,7 +226,7 @@ def test_feedforward_removes_most_of_a_tracking_lag():
 
     rmse = {}
     for gain in (0.0, 0.06):
-        task = make_dagger_task("figure_eight", [make_robot("crazyflie")], 32, seed=0)
+        task = make_fleet_task("figure_eight", [make_robot("crazyflie")], 32, seed=0)
         rmse[gain] = flight_metrics(rollout(Led(load_raptor(), task, gain), task, 6.0))["rmse"]
     assert rmse[0.06] < 0.75 * rmse[0.0], rmse
 
@@ -235,7 +236,7 @@ def test_truncated_bptt_fits_the_labels(kind):
     teachers = _teachers(2)
     quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=1)
     cfg = DaggerConfig(learning_rate=1e-2)
-    data, _ = collect(make_dagger_task("hover", quads, 4, seed=0), make_student(kind, cfg), TeacherEnsemble(teachers),
+    data, _ = collect(make_fleet_task("hover", quads, 4, seed=0), make_student(kind, cfg), TeacherEnsemble(teachers),
                       60, 1.0, torch.Generator().manual_seed(0))
     model = make_student(kind, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)

@@ -240,9 +240,10 @@ def test_checkpoints_and_evaluations_do_not_change_the_training(tmp_path):
     np.testing.assert_array_equal(actions[0], actions[1])
 
 
-def test_trim_deploys_the_actor_without_its_steady_hover_offset(tmp_path):
-    """With trim.starts > 0 an evaluation flies (and best/ keeps) the actor trimmed on the nominal robot. Stand-in
-    actor: RAPTOR on a Crazyflie loaded to 34 g, which settles ~10 cm low (no integral action)."""
+def test_trim_deploys_the_actor_without_its_steady_hover_offset(tmp_path, monkeypatch):
+    """With trim.starts > 0 an evaluation flies (and best/ keeps, without trimming again) the actor trimmed on the
+    nominal robot. Stand-in actor: RAPTOR on a Crazyflie loaded to 34 g, which settles ~10 cm low (no integral
+    action)."""
     from policies.foundation import load_raptor
 
     over = {"robot.mass": 0.034, "eval.num_envs": 16, "eval.seconds": 5.0, "trim.starts": 8}
@@ -251,7 +252,9 @@ def test_trim_deploys_the_actor_without_its_steady_hover_offset(tmp_path):
     trimmed = t.evaluate()
     assert trimmed["final_median_position_error"] < 0.01 and trimmed["crashes"] == 0
     assert trimmed["trim_offset_m"][2] < -0.05
+    monkeypatch.setattr("robo.rl.trainer.trim_policy", lambda *a, **k: pytest.fail("trimmed a second time"))
     t._keep_if_best({"step": 0, **trimmed})
+    monkeypatch.undo()
     best = load_policy(tmp_path / "checkpoints" / "best" / "policy")
     obs = np.random.default_rng(0).normal(size=(4, 22)).astype(np.float32)
     flown = t.deployed_policy()[0]
