@@ -23,8 +23,8 @@ from torch import nn
 from policies.ema import make_ema
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
-from robo.foundation.config import DaggerConfig, merged_task
 from robo.evaluate import make_fleet_task
+from robo.foundation.config import DaggerConfig, merged_task
 from robo.foundation.fleet import Labeller, TeacherEnsemble, feedforward_observations
 from robo.foundation.trim import trimmed_variants
 from sims.envs import OBS_DIM

@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from policies.base import Policy
-from robo.evaluate import flight_metrics, rollout
+from robo.evaluate import flight_metrics, make_fleet_task, rollout
 from robo.foundation.config import HeldOutConfig
-from robo.evaluate import make_fleet_task
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor.params import QuadrotorParams
 
