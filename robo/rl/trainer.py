@@ -131,7 +131,7 @@ class Trainer:
         self.curriculum_log = CurriculumLog()
         self.history: list[dict] = []
         self.best: dict | None = None  # metrics of the policy in checkpoints/best
-        self.flown = None  # the actor the last evaluate() flew, until _keep_if_best takes it
+        self.flown = None  # (actor, trim record) the last evaluate() flew, until _keep_if_best takes it
         horizon = c["algo"].get("average_actor_steps")
         if horizon and c["algo"]["name"] not in ("td3", "sac"):
             raise ValueError(f"algo.average_actor_steps needs td3 or sac, not {c['algo']['name']}; set it to null")
