@@ -91,7 +91,10 @@ class EnergyConfig(ChunkConfig):
 
     backbone: str = "transformer"  # transformer | mlp (an MLP over the flattened window and chunk, hidden_dims)
     # | resmlp (residual blocks of width hidden_dims[0], one per entry)
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp / resmlp
+    # | conv (1-D conv residual blocks over the chunk's time axis, FiLM on the window; channels hidden_dims)
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp / resmlp / conv
+    kernel_size: int = 5  # backbone = conv: temporal kernel (odd)
+    n_groups: int = 8  # backbone = conv: GroupNorm groups (must divide every hidden_dims entry)
     energy_form: str = "scalar"  # backbone = mlp: scalar (E = the MLP) | reconstruction (E = 0.5 |a - MLP(obs, a)|^2)
     d_model: int = 64
     actions_per_token: int = 2  # transformer: consecutive actions embedded in one token (horizon must be a multiple)
@@ -122,8 +125,8 @@ class EnergyConfig(ChunkConfig):
         super().validate()
         if self.n_candidates < 1:
             raise ValueError(f"n_candidates={self.n_candidates} must be >= 1")
-        if self.backbone not in ("transformer", "mlp", "resmlp"):
-            raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer', 'mlp' or 'resmlp'")
+        if self.backbone not in ("transformer", "mlp", "resmlp", "conv"):
+            raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer', 'mlp', 'resmlp' or 'conv'")
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise ValueError(f"hidden_dims={self.hidden_dims} must be a non-empty list of positive widths")
         if self.backbone == "resmlp" and len(set(self.hidden_dims)) > 1:
@@ -131,8 +134,14 @@ class EnergyConfig(ChunkConfig):
                              f"hidden_dims={self.hidden_dims} must repeat one width")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout} must lie in [0, 1)")
-        if self.dropout > 0 and self.backbone == "mlp":
-            raise ValueError("dropout applies to backbone='transformer' or 'resmlp', not 'mlp'")
+        if self.dropout > 0 and self.backbone in ("mlp", "conv"):
+            raise ValueError(f"dropout applies to backbone='transformer' or 'resmlp', not {self.backbone!r}")
+        if self.backbone == "conv" and (self.kernel_size < 1 or self.kernel_size % 2 == 0):
+            raise ValueError(f"kernel_size={self.kernel_size} must be odd and positive "
+                             "(the convolutions keep the chunk's length)")
+        if self.backbone == "conv" and (self.n_groups < 1 or any(d % self.n_groups for d in self.hidden_dims)):
+            raise ValueError(f"n_groups={self.n_groups} must be positive and divide every hidden_dims entry "
+                             f"{self.hidden_dims} (GroupNorm)")
         if self.energy_form not in ("scalar", "reconstruction"):
             raise ValueError(f"unknown energy_form {self.energy_form!r}; choose 'scalar' or 'reconstruction'")
         if self.energy_form == "reconstruction" and self.backbone != "mlp":

@@ -19,6 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..chunked import draw_noise, standard_noise
 from ..diffusion.mlp import ResidualBlock
+from ..diffusion.unet import ConditionalResidualBlock1d
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
 from .energy_mlp import ChunkInputs, EnergyMLP
@@ -137,7 +138,39 @@ class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module
         return self.out(self.blocks(h)).squeeze(-1)
 
 
-BACKBONES = {"transformer": EnergyTransformer, "mlp": DescentEnergyMLP, "resmlp": DescentEnergyResMLP}
+class DescentEnergyConv(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
+    """The energy policy's ``backbone: conv``: 1-D convolutions over the chunk's time axis, FiLM-conditioned
+    on the observation window (the diffusion U-Net's ``ConditionalResidualBlock1d``, Mish: smooth):
+    chunk (B, H, A) -> one residual block per ``hidden_dims`` entry (its channels), kernel ``kernel_size``,
+    each modulated by a Linear(flattened window) of width ``hidden_dims[0]`` (+ the descent step's bias) ->
+    the (C, H) features flattened -> LayerNorm, Mish, Linear -> energy (B,)."""
+
+    def __init__(self, config: EnergyConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        width = config.hidden_dims[0]
+        self._init_normalizers(config)
+        self.cond = nn.Linear(config.n_obs_steps * config.obs_dim, width)
+        dims = [config.action_dim, *config.hidden_dims]
+        self.blocks = nn.ModuleList([ConditionalResidualBlock1d(a, b, width, config.kernel_size, config.n_groups)
+                                     for a, b in zip(dims[:-1], dims[1:])])
+        flat = config.hidden_dims[-1] * config.horizon
+        self.out = nn.Sequential(nn.Flatten(), nn.LayerNorm(flat), nn.Mish(), nn.Linear(flat, 1))
+        self._init_step_size(config)
+        self._init_step_embedding(config, width)
+
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
+        cond = self.cond(obs_n.flatten(1)) + self.step_bias(step)
+        h = chunk.transpose(1, 2)  # (B, A, H)
+        for block in self.blocks:
+            h = block(h, cond)
+        return self.out(h).squeeze(-1)
+
+
+BACKBONES = {"transformer": EnergyTransformer, "mlp": DescentEnergyMLP, "resmlp": DescentEnergyResMLP,
+             "conv": DescentEnergyConv}
 
 
 def build_energy_model(config: EnergyConfig) -> nn.Module:

@@ -49,7 +49,9 @@ def _reconstruction_energy_mlp() -> EnergyPolicy:
     _step_conditioned_energy_mlp,
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="resmlp", hidden_dims=[32, 32])),
     _reconstruction_energy_mlp,
-], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned", "energy_resmlp", "energy_reconstruction"])
+    lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="conv", hidden_dims=[16, 16])),
+], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned", "energy_resmlp", "energy_reconstruction",
+        "energy_conv"])
 def test_chunked_policy_networks_match_torch_in_onnxruntime(tmp_path, make):
     policy = make()
     path = export_onnx(policy, tmp_path / "policy.onnx")

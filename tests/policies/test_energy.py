@@ -414,15 +414,19 @@ def test_energy_score_descends_into_both_modes_where_regression_averages():
 
 
 @pytest.mark.parametrize("backbone, step_conditioned, energy_form", [
-    ("mlp", False, "scalar"), ("mlp", True, "scalar"), ("mlp", False, "reconstruction"), ("resmlp", False, "scalar")])
+    ("mlp", False, "scalar"), ("mlp", True, "scalar"), ("mlp", False, "reconstruction"), ("resmlp", False, "scalar"),
+    ("conv", False, "scalar")])
 def test_mlp_backbone_descends_into_both_modes(backbone, step_conditioned, energy_form):
-    make = partial(energy_mlp_policy, backbone=backbone, step_conditioned=step_conditioned, energy_form=energy_form)
+    small_conv = {"hidden_dims": [16, 16], "kernel_size": 3} if backbone == "conv" else {}  # 64 wide: 5x the time
+    make = partial(energy_mlp_policy, backbone=backbone, step_conditioned=step_conditioned, energy_form=energy_form,
+                   **small_conv)
     policy = make()
-    model_class = {"mlp": "DescentEnergyMLP", "resmlp": "DescentEnergyResMLP"}[backbone]
+    model_class = {"mlp": "DescentEnergyMLP", "resmlp": "DescentEnergyResMLP", "conv": "DescentEnergyConv"}[backbone]
     assert type(policy.model).__name__ == model_class and policy.model.step_size.item() == 1.0
     # measured over training seeds 0-3: up 0.42-0.49, down 0.47-0.50, between 0.02-0.105;
     # step-conditioned: up 0.45-0.485, down 0.425-0.525, between 0.025-0.09; reconstruction (seed 0):
-    # up 0.54, down 0.415, between 0.045; resmlp (seed 0): up 0.49, down 0.475, between 0.035
+    # up 0.54, down 0.415, between 0.045; resmlp (seed 0): up 0.49, down 0.475, between 0.035; conv 2 x 16
+    # (seed 0): up 0.49, down 0.47, between 0.04
     up, down, between = _bimodal_fractions("energy_score", 4, make)
     assert up > 0.2 and down > 0.2 and between < 0.15, (up, down, between)
     with pytest.raises(ValueError, match="backbone"):
@@ -431,6 +435,12 @@ def test_mlp_backbone_descends_into_both_modes(backbone, step_conditioned, energ
         EnergyConfig(backbone="mlp", hidden_dims=[]).validate()
     with pytest.raises(ValueError, match="one width"):
         EnergyConfig(backbone="resmlp", hidden_dims=[64, 32]).validate()
+    with pytest.raises(ValueError, match="kernel_size"):
+        EnergyConfig(backbone="conv", kernel_size=4).validate()
+    with pytest.raises(ValueError, match="n_groups"):
+        EnergyConfig(backbone="conv", hidden_dims=[64, 36]).validate()
+    with pytest.raises(ValueError, match="not 'conv'"):
+        EnergyConfig(backbone="conv", dropout=0.1).validate()
 
 
 def test_reconstruction_energy_is_half_the_squared_distance_to_its_reconstruction():
