@@ -55,16 +55,28 @@ class StepEmbedding:
         return self.step_embed.weight[self.step_embed.num_embeddings - 1 if step is None else int(step)]
 
 
-class EnergyTransformer(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
+class DescentEnergy(LearnedStepSize, StepEmbedding, ChunkInputs):
+    """Mixin for the energies ``descend`` runs on: ``_init_config`` first (validate, keep the config, make the
+    normalizers), ``_init_descent`` last (the step size and the step embedding, after the network's layers)."""
+
+    def _init_config(self, config: EnergyConfig) -> None:
+        config.validate()
+        self.config = config
+        self._init_normalizers(config)
+
+    def _init_descent(self, config: EnergyConfig, width: int) -> None:
+        self._init_step_size(config)
+        self._init_step_embedding(config, width)
+
+
+class EnergyTransformer(DescentEnergy, nn.Module):
     """Tokens ``[obs_1 .. obs_T, a_1 .. a_H, CLS]`` (``actions_per_token`` actions per action token)
     -> TransformerEncoder -> Linear(CLS output) = energy (B,)."""
 
     def __init__(self, config: EnergyConfig):
         super().__init__()
-        config.validate()
-        self.config = config
+        self._init_config(config)
         d = config.d_model
-        self._init_normalizers(config)
         self.obs_embed = nn.Linear(config.obs_dim, d)
         self.action_embed = nn.Linear(config.action_dim * config.actions_per_token, d)
         self.cls = nn.Parameter(torch.zeros(1, 1, d))
@@ -74,8 +86,7 @@ class EnergyTransformer(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
                                            batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 1))
-        self._init_step_size(config)
-        self._init_step_embedding(config, d)
+        self._init_descent(config, d)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """obs_n (B, n_obs_steps, obs_dim), chunk (B, horizon, action_dim), normalized; the descent
@@ -87,7 +98,7 @@ class EnergyTransformer(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
         return self.head(h[:, -1]).squeeze(-1)
 
 
-class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
+class DescentEnergyMLP(DescentEnergy, EnergyMLP):
     """The energy policy's ``backbone: mlp``: ``EnergyMLP`` over ``config.hidden_dims`` with SiLU
     (smooth, so dE/da changes continuously along the descent) and a learned step size.
 
@@ -104,8 +115,7 @@ class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
         if reconstruct:
             nn.init.zeros_(self.net[-1].weight)
             nn.init.zeros_(self.net[-1].bias)
-        self._init_step_size(config)
-        self._init_step_embedding(config, config.hidden_dims[0])
+        self._init_descent(config, config.hidden_dims[0])
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
@@ -115,22 +125,19 @@ class DescentEnergyMLP(LearnedStepSize, StepEmbedding, EnergyMLP):
         return 0.5 * (chunk.flatten(1) - r).pow(2).sum(-1)
 
 
-class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
+class DescentEnergyResMLP(DescentEnergy, nn.Module):
     """The energy policy's ``backbone: resmlp``: the flattened window and chunk -> Linear to width
     ``hidden_dims[0]`` -> ``len(hidden_dims)`` pre-LayerNorm residual blocks (``ResidualBlock``, Mish: smooth)
     -> LayerNorm, Mish, Linear -> energy (B,); the diffusion policy's MLP denoiser with a scalar head."""
 
     def __init__(self, config: EnergyConfig):
         super().__init__()
-        config.validate()
-        self.config = config
+        self._init_config(config)
         width = config.hidden_dims[0]
-        self._init_normalizers(config)
         self.inp = nn.Linear(self.flat_width(config), width)
         self.blocks = nn.Sequential(*[ResidualBlock(width, config.dropout) for _ in config.hidden_dims])
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Mish(), nn.Linear(width, 1))
-        self._init_step_size(config)
-        self._init_step_embedding(config, width)
+        self._init_descent(config, width)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
@@ -138,7 +145,7 @@ class DescentEnergyResMLP(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module
         return self.out(self.blocks(h)).squeeze(-1)
 
 
-class DescentEnergyConv(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
+class DescentEnergyConv(DescentEnergy, nn.Module):
     """The energy policy's ``backbone: conv``: 1-D convolutions over the chunk's time axis, FiLM-conditioned
     on the observation window (the diffusion U-Net's ``ConditionalResidualBlock1d``, Mish: smooth):
     chunk (B, H, A) -> one residual block per ``hidden_dims`` entry (its channels), kernel ``kernel_size``,
@@ -147,18 +154,15 @@ class DescentEnergyConv(LearnedStepSize, StepEmbedding, ChunkInputs, nn.Module):
 
     def __init__(self, config: EnergyConfig):
         super().__init__()
-        config.validate()
-        self.config = config
+        self._init_config(config)
         width = config.hidden_dims[0]
-        self._init_normalizers(config)
         self.cond = nn.Linear(config.n_obs_steps * config.obs_dim, width)
         dims = [config.action_dim, *config.hidden_dims]
         self.blocks = nn.ModuleList([ConditionalResidualBlock1d(a, b, width, config.kernel_size, config.n_groups)
                                      for a, b in zip(dims[:-1], dims[1:])])
         flat = config.hidden_dims[-1] * config.horizon
         self.out = nn.Sequential(nn.Flatten(), nn.LayerNorm(flat), nn.Mish(), nn.Linear(flat, 1))
-        self._init_step_size(config)
-        self._init_step_embedding(config, width)
+        self._init_descent(config, width)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
