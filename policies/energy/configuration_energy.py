@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 NORM_MODES = ("min_max", "mean_std", "identity")
 GUESSES = ("zeros", "noise", "uniform")
+BACKBONE_NAMES = ("transformer", "mlp", "resmlp", "conv")  # the networks of modeling_energy.BACKBONES
 
 
 @dataclass
@@ -125,8 +126,9 @@ class EnergyConfig(ChunkConfig):
         super().validate()
         if self.n_candidates < 1:
             raise ValueError(f"n_candidates={self.n_candidates} must be >= 1")
-        if self.backbone not in ("transformer", "mlp", "resmlp", "conv"):
-            raise ValueError(f"unknown backbone {self.backbone!r}; choose 'transformer', 'mlp', 'resmlp' or 'conv'")
+        if self.backbone not in BACKBONE_NAMES:
+            names = ", ".join(map(repr, BACKBONE_NAMES))
+            raise ValueError(f"unknown backbone {self.backbone!r}; choose one of {names}")
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise ValueError(f"hidden_dims={self.hidden_dims} must be a non-empty list of positive widths")
         if self.backbone == "resmlp" and len(set(self.hidden_dims)) > 1:

@@ -173,6 +173,7 @@ class DescentEnergyConv(DescentEnergy, nn.Module):
         return self.out(h).squeeze(-1)
 
 
+# configuration_energy.BACKBONE_NAMES lists these keys for the config's check (the config cannot import this module)
 BACKBONES = {"transformer": EnergyTransformer, "mlp": DescentEnergyMLP, "resmlp": DescentEnergyResMLP,
              "conv": DescentEnergyConv}
 

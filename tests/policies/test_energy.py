@@ -8,6 +8,8 @@ import torch
 
 from policies.chunked import ChunkedPolicy
 from policies.energy import EnergyConfig, EnergyPolicy, ImplicitBCConfig, ImplicitBCPolicy
+from policies.energy.configuration_energy import BACKBONE_NAMES
+from policies.energy.modeling_energy import BACKBONES
 from policies.registry import load_policy
 
 STATS = {"obs": {"min": -torch.ones(2), "max": torch.ones(2)},
@@ -411,6 +413,14 @@ def test_energy_score_descends_into_both_modes_where_regression_averages():
     assert up > 0.2 and down > 0.2 and between < 0.15, (up, down, between)
     up, down, between = _bimodal_fractions("regression", 1)
     assert between > 0.9, (up, down, between)  # MSE from independent guesses learns the mean, 0
+
+
+def test_every_backbone_the_config_accepts_builds():
+    assert tuple(BACKBONES) == BACKBONE_NAMES  # the config checks names against the one, the models build the other
+    for name in BACKBONE_NAMES:
+        policy = EnergyPolicy(EnergyConfig(backbone=name, hidden_dims=[16, 16], horizon=4, n_action_steps=2))
+        chunk = policy.predict_chunk(np.zeros((3, 2, 5), np.float32))
+        assert chunk.shape == (3, 4, 2) and np.isfinite(chunk).all(), name
 
 
 @pytest.mark.parametrize("backbone, step_conditioned, energy_form", [
