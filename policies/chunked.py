@@ -53,6 +53,44 @@ class ChunkedPolicy(Policy, Protocol):
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None: ...
 
 
+def check_tensor(x: ArrayLike, shape: tuple, name: str) -> torch.Tensor:
+    """``x`` as a float32 tensor of ``shape`` (None: any size) with finite values, else a clear error."""
+    t = torch.as_tensor(x, dtype=torch.float32)
+    if t.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+        want = "(" + ", ".join("B" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {want}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return t
+
+
+def split_observation(obs, obs_dim: int, image_shape: list[int] | None, time_steps: int | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A chunk policy's observation input -> (state, image or None), float tensors, checked.
+
+    ``obs``: the state array, or for image policies (``image_shape`` (3, H, W) not None) a dict
+    ``{"state": ..., "image": ... in [0, 1]}``. Shapes: (B, obs_dim) and (B, 3, H, W) as ``act`` takes them;
+    with ``time_steps`` = T (``predict_chunk``, a training batch) (B, T, obs_dim) and (B, T, 3, H, W)."""
+    state, image = (obs.get("state"), obs.get("image")) if isinstance(obs, dict) else (obs, None)
+    if state is None:
+        raise KeyError(f"observation dict needs a 'state' entry, got {sorted(obs)}")
+    lead = (None,) if time_steps is None else (None, time_steps)
+    state = check_tensor(state, (*lead, obs_dim), "observation" if time_steps is None else "obs_history")
+    if image_shape is None:
+        return state, None
+    if image is None:
+        raise ValueError("this policy observes images: pass {'state': ..., 'image': (B, 3, H, W) in [0, 1]}")
+    image = check_tensor(image, (*lead, *image_shape), "image")
+    if image.shape[0] != state.shape[0]:
+        raise ValueError(f"image batch {image.shape[0]} differs from state batch {state.shape[0]}")
+    return state, image
+
+
+def state_of(obs):
+    """The state part of an observation input (the array itself, or a dict's "state")."""
+    return obs.get("state") if isinstance(obs, dict) else obs
+
+
 NOISE_DISTRIBUTIONS = ("normal", "uniform")
 
 

@@ -5,10 +5,12 @@ around the exported network exactly as the policy runs it in torch (see ``denois
 
 - ``diffusion``: the EMA denoiser ``(noisy_actions (B, horizon, A), timestep (B,) int64, global_cond
   (B, cond_dim)) -> noise``; the scheduler, its settings and the horizons are in the ONNX metadata.
-- ``energy`` and ``implicit_bc``: the energy network ``(obs_n (B, n_obs_steps, obs_dim), chunk (B,
-  horizon, A)), both normalized -> energy (B,)``. Implicit BC's derivative-free optimizer needs only
-  energies; EBT-style gradient descent needs dE/d(chunk), which the ONNX exporter cannot trace, so an
-  energy policy's descent runs with torch (or through onnxruntime with finite differences).
+- ``energy`` and ``implicit_bc``: the energy network ``(obs_n (B, n_obs_steps, obs_feature_dim), chunk (B,
+  horizon, A)), both normalized -> energy (B,)`` (``obs_n``: the normalized state, followed for image policies
+  by the image encoder's features, which run outside the exported graph as the diffusion policy's do).
+  Implicit BC's derivative-free optimizer needs only energies; EBT-style gradient descent needs dE/d(chunk),
+  which the ONNX exporter cannot trace, so an energy policy's descent runs with torch (or through onnxruntime
+  with finite differences).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def diffusion_spec(policy) -> ModuleSpec:
 def energy_network_spec(policy) -> ModuleSpec:
     """The energy network of an ``energy`` or ``implicit_bc`` policy (inputs in normalized units)."""
     c, b = policy.config, 2
-    inputs = {"obs_n": torch.zeros(b, c.n_obs_steps, c.obs_dim), "chunk": torch.zeros(b, c.horizon, c.action_dim)}
+    inputs = {"obs_n": torch.zeros(b, c.n_obs_steps, c.obs_feature_dim),
+              "chunk": torch.zeros(b, c.horizon, c.action_dim)}
     meta = {"policy_kind": policy.kind, "n_obs_steps": str(c.n_obs_steps), "horizon": str(c.horizon),
             "n_action_steps": str(c.n_action_steps)}
     for key in ("n_steps", "n_candidates"):  # the energy policy's descent and best-of-N run outside the network

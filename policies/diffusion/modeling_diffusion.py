@@ -18,6 +18,7 @@ from torch import nn
 
 from ..base import ArrayLike
 from ..checkpoint import load_checkpoint, save_checkpoint
+from ..chunked import check_tensor, split_observation, state_of
 from ..ema import AveragedWeights, make_ema
 from ..normalize import Normalizer, check_policy_stats
 from .configuration_diffusion import DiffusionConfig
@@ -55,20 +56,6 @@ class DiffusionModel(nn.Module):
             B, To = image.shape[:2]
             feats.append(self.image_encoder(image.flatten(0, 1)).reshape(B, To, -1))
         return torch.cat(feats, dim=-1).flatten(1)
-
-
-def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
-    t = torch.as_tensor(x, dtype=torch.float32)
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return t
-
-
-def _check_shape(t: torch.Tensor, expected: tuple, name: str) -> None:
-    """``expected`` uses None for the batch axis."""
-    if t.ndim != len(expected) or any(e is not None and s != e for s, e in zip(t.shape, expected)):
-        shown = ", ".join("B" if e is None else str(e) for e in expected)
-        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({shown})")
 
 
 class DiffusionPolicy(AveragedWeights):
@@ -112,30 +99,14 @@ class DiffusionPolicy(AveragedWeights):
 
     # Inputs ---------------------------------------------------------------------------------
     def _inputs(self, obs, time_axis: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(state obs, image or None) validated; a dict input has "state" and maybe "image"."""
+        """(state obs, image or None) validated (``split_observation``)."""
         c = self.config
-        state, image = (obs.get("state"), obs.get("image")) if isinstance(obs, dict) else (obs, None)
-        if state is None:
-            raise KeyError(f"observation dict needs a 'state' entry, got {sorted(obs)}")
-        lead = (None, c.n_obs_steps) if time_axis else (None,)
-        name = "obs_history" if time_axis else "observation"
-        state = _tensor(state, name)
-        _check_shape(state, (*lead, c.obs_dim), name)
-        if c.image_shape is not None:
-            if image is None:
-                raise ValueError("this policy observes images: pass {'state': ..., 'image': (B, 3, H, W) in [0, 1]}")
-            image = _tensor(image, "image")
-            _check_shape(image, (*lead, *c.image_shape), "image")
-            if image.shape[0] != state.shape[0]:
-                raise ValueError(f"image batch {image.shape[0]} differs from state batch {state.shape[0]}")
-        return state, image
+        return split_observation(obs, c.obs_dim, c.image_shape, c.n_obs_steps if time_axis else None)
 
     def _noise(self, noise: ArrayLike | None, B: int, generator: torch.Generator | None) -> torch.Tensor:
         if noise is None:
             return torch.randn(B, *self.noise_shape, generator=generator)
-        noise = _tensor(noise, "noise")
-        _check_shape(noise, (B, *self.noise_shape), "noise")
-        return noise
+        return check_tensor(noise, (B, *self.noise_shape), "noise")
 
     # Training -------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -144,8 +115,7 @@ class DiffusionPolicy(AveragedWeights):
         c = self.config
         self.model.train()
         obs, image = self._inputs({"state": batch["obs"], "image": batch.get("image")}, time_axis=True)
-        action = _tensor(batch["action"], "action")
-        _check_shape(action, (obs.shape[0], c.horizon, c.action_dim), "action")
+        action = check_tensor(batch["action"], (obs.shape[0], c.horizon, c.action_dim), "action")
         x0 = self.model.action_normalizer(action)
         noise = torch.randn_like(x0)
         t = torch.randint(0, c.num_train_timesteps, (x0.shape[0],))
@@ -181,7 +151,7 @@ class DiffusionPolicy(AveragedWeights):
             out = model.denoiser(x, t.expand(x.shape[0]), cond)
             x = scheduler.step(out, t, x).prev_sample
         actions = model.action_normalizer.unnormalize(x)
-        return actions.numpy() if isinstance(_state_of(obs_history), np.ndarray) else actions
+        return actions.numpy() if isinstance(state_of(obs_history), np.ndarray) else actions
 
     def reset(self, mask: ArrayLike | None = None) -> None:
         """Forget observation and action queues (all envs, or those where mask (B,) is true)."""
@@ -223,7 +193,7 @@ class DiffusionPolicy(AveragedWeights):
             q["used"][plan] = 0
         action = q["plan"][torch.arange(B), q["used"]]
         q["used"] += 1
-        return action.numpy() if isinstance(_state_of(obs), np.ndarray) else action
+        return action.numpy() if isinstance(state_of(obs), np.ndarray) else action
 
     # Checkpoints ----------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -240,10 +210,6 @@ class DiffusionPolicy(AveragedWeights):
         for module in policy.weight_copies():  # the average starts from the loaded weights
             module.load_state_dict(tensors)
         return policy
-
-
-def _state_of(obs):
-    return obs.get("state") if isinstance(obs, dict) else obs
 
 
 def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

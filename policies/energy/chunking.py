@@ -1,10 +1,11 @@
 """What the energy-based chunk policies share: input checks, normalization, per-env queues.
 
-A subclass provides ``model`` (an ``nn.Module`` with ``obs_normalizer`` and
-``action_normalizer`` children, so the stats travel with the weights) and two methods in the
-normalized space: ``_infer(obs_n (B, n_obs_steps, obs_dim), init (B, horizon, action_dim) | None)
--> (chunk (B, horizon, action_dim) in [-1, 1], energy (B,))`` and
-``_loss(obs_n, action_n (B, horizon, action_dim)[, init=guesses]) -> scalar``.
+A subclass provides ``model`` (an ``nn.Module`` with ``obs_normalizer`` and ``action_normalizer``
+children, so the stats travel with the weights, and ``features``, ``ChunkInputs``) and two methods in
+the normalized space: ``_infer(obs_n (B, n_obs_steps, obs_feature_dim), init (B, horizon, action_dim) |
+None) -> (chunk (B, horizon, action_dim) in [-1, 1], energy (B,))`` and
+``_loss(obs_n, action_n (B, horizon, action_dim)[, init=guesses]) -> scalar``. ``obs_n`` is the model's
+``features`` of the normalized state window (and of its images, for image observations).
 """
 
 from __future__ import annotations
@@ -12,25 +13,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..base import ArrayLike, as_obs_tensor, like_input
+from ..base import ArrayLike, like_input
 from ..checkpoint import TorchPolicyCheckpointing
+from ..chunked import check_tensor, split_observation, state_of
 from ..ema import AveragedWeights, make_ema
 from ..normalize import check_policy_stats
-
-
-def _finite(t: torch.Tensor, name: str) -> torch.Tensor:
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return t
-
-
-def check_tensor(x: ArrayLike, shape: tuple, name: str) -> torch.Tensor:
-    """``x`` as float32 tensor of ``shape`` (None: any size) with finite values, else a clear error."""
-    t = torch.as_tensor(x, dtype=torch.float32)
-    if t.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
-        want = "(" + ", ".join("B" if s is None else str(s) for s in shape) + ")"
-        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {want}")
-    return _finite(t, name)
 
 
 class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
@@ -51,6 +38,7 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
         self.n_obs_steps, self.horizon, self.n_action_steps = config.n_obs_steps, config.horizon, config.n_action_steps
         self.last_energy: torch.Tensor | None = None  # (B,) energy of the last planned chunks
         self._obs_queue: torch.Tensor | None = None  # (B, n_obs_steps, obs_dim) raw
+        self._image_queue: torch.Tensor | None = None  # (B, n_obs_steps, 3, H, W) in [0, 1] (image observations)
         self._plan: torch.Tensor | None = None  # (B, n_action_steps, action_dim) raw
         self._plan_index: torch.Tensor | None = None  # (B,) next action to execute; n_action_steps: replan
         self._fresh: torch.Tensor | None = None  # (B,) bool: queue must be filled with the next obs
@@ -69,8 +57,9 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
 
     # --- stateless prediction -------------------------------------------------------------
 
-    def _obs_history(self, obs_history: ArrayLike) -> torch.Tensor:
-        return check_tensor(obs_history, (None, self.n_obs_steps, self.obs_dim), "obs_history")
+    def _obs_window(self, obs_history) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(state (B, n_obs_steps, obs_dim), image (B, n_obs_steps, 3, H, W) or None), checked."""
+        return split_observation(obs_history, self.obs_dim, self.config.image_shape, self.n_obs_steps)
 
     def _initial_guess(self, noise: ArrayLike | None, batch: int) -> torch.Tensor | None:
         if noise is None:
@@ -80,50 +69,53 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
     @torch.no_grad()
     def predict_chunk(self, obs_history: ArrayLike, noise: ArrayLike | None = None,
                       return_energy: bool = False, **infer_options):
-        """obs_history (B, n_obs_steps, obs_dim) raw -> actions (B, horizon, action_dim) raw.
+        """obs_history (B, n_obs_steps, obs_dim) raw (image observations: ``{"state": that, "image":
+        (B, n_obs_steps, 3, H, W) in [0, 1]}``) -> actions (B, horizon, action_dim) raw.
 
         ``noise`` (B, horizon, action_dim): the initial guess in the normalized action space
         ([-1, 1]). With ``return_energy`` also returns the final energy (B,) (lower: more
         confident); it is kept in ``last_energy`` either way. ``infer_options`` go to the
         optimizer (``n_steps=`` for the energy policy).
         """
-        obs = self._obs_history(obs_history)
-        init = self._initial_guess(noise, obs.shape[0])
+        state, image = self._obs_window(obs_history)
+        init = self._initial_guess(noise, state.shape[0])
         model = self.inference_model.eval()  # dropout off (``compute_loss`` switches ``model`` to training mode)
-        chunk_n, energy = self._infer(model.obs_normalizer(obs), init, **infer_options)
+        chunk_n, energy = self._infer(model.features(model.obs_normalizer(state), image), init, **infer_options)
         actions = model.action_normalizer.unnormalize(chunk_n)
         self.last_energy = energy.detach()
-        actions = like_input(actions, obs_history)
-        return (actions, like_input(energy, obs_history)) if return_energy else actions
+        actions = like_input(actions, state_of(obs_history))
+        return (actions, like_input(energy, state_of(obs_history))) if return_energy else actions
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)} raw -> loss.
+        """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)[, "image": (B,
+        n_obs_steps, 3, H, W) in [0, 1], image observations]} raw -> loss.
         With "init" (B, horizon, action_dim), normalized guesses, ``action`` holds the chunk each guess
         must descend to (a teacher's, see ``robo.imitation.distill``); only ``learns_from_pairs`` policies.
         ``config.obs_noise_std`` > 0 adds N(0, std^2) noise to the normalized observations."""
         for key in ("obs", "action"):
             if key not in batch:
                 raise KeyError(f"batch needs {key!r}, got {sorted(batch)}")
-        obs = self._obs_history(batch["obs"])
-        action = check_tensor(batch["action"], (obs.shape[0], self.horizon, self.action_dim), "batch['action']")
+        state, image = self._obs_window({"state": batch["obs"], "image": batch.get("image")})
+        action = check_tensor(batch["action"], (state.shape[0], self.horizon, self.action_dim), "batch['action']")
         self.model.train()  # dropout on (``predict_chunk`` switches back)
         pairs = {}
         if batch.get("init") is not None:
             if not self.learns_from_pairs:
                 raise ValueError(f"{type(self).__name__} learns from demonstrations only, not from (guess, chunk) "
                                  f"pairs: drop the batch's 'init'")
-            pairs["init"] = self._initial_guess(batch["init"], obs.shape[0])
-        obs_n = self.model.obs_normalizer(obs)
+            pairs["init"] = self._initial_guess(batch["init"], state.shape[0])
+        state_n = self.model.obs_normalizer(state)
         if self.config.obs_noise_std > 0:  # a regularizer: nearby states should get the demo's chunk too
-            obs_n = obs_n + self.config.obs_noise_std * torch.randn_like(obs_n)
-        return self._loss(obs_n, self.model.action_normalizer(action).clamp(-1, 1), **pairs)
+            state_n = state_n + self.config.obs_noise_std * torch.randn_like(state_n)
+        return self._loss(self.model.features(state_n, image), self.model.action_normalizer(action).clamp(-1, 1),
+                          **pairs)
 
     # --- per-env queues (LeRobot's select_action) -------------------------------------------
 
     def reset(self, mask: ArrayLike | None = None) -> None:
         """Clear the observation and action queues of the envs where ``mask`` (B,) is true (all if None)."""
         if mask is None or self._fresh is None:
-            self._obs_queue = self._plan = self._plan_index = self._fresh = None
+            self._obs_queue = self._image_queue = self._plan = self._plan_index = self._fresh = None
             return
         m = torch.as_tensor(np.asarray(mask), dtype=torch.bool).flatten()
         if m.shape != self._fresh.shape:
@@ -133,25 +125,30 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
 
     @torch.no_grad()
     def act(self, obs: ArrayLike, noise: ArrayLike | None = None) -> ArrayLike:
-        """obs (B, obs_dim) -> action (B, action_dim). Plans a chunk for the envs whose queue is
+        """obs (B, obs_dim) (image observations: ``{"state": that, "image": (B, 3, H, W) in [0, 1]}``) ->
+        action (B, action_dim). Plans a chunk for the envs whose queue is
         empty, from ``noise`` (B, horizon, action_dim) rows of those envs (ignored otherwise)."""
-        x = as_obs_tensor(obs, self.obs_dim)
+        x, image = split_observation(obs, self.obs_dim, self.config.image_shape)
         b = x.shape[0]
         if self._fresh is None or self._fresh.shape[0] != b:
             self._obs_queue = torch.zeros(b, self.n_obs_steps, self.obs_dim)
+            self._image_queue = None if image is None else torch.zeros(b, self.n_obs_steps, *image.shape[1:])
             self._plan = torch.zeros(b, self.n_action_steps, self.action_dim)
             self._plan_index = torch.full((b,), self.n_action_steps, dtype=torch.long)
             self._fresh = torch.ones(b, dtype=torch.bool)
             self.last_energy = torch.zeros(b)
         init = self._initial_guess(noise, b)
-        q = torch.cat([self._obs_queue[:, 1:], x[:, None]], dim=1)
-        q[self._fresh] = x[self._fresh, None].expand(-1, self.n_obs_steps, -1)  # pad with the first obs
-        self._obs_queue, self._fresh = q, torch.zeros_like(self._fresh)
+        self._obs_queue = self._push(self._obs_queue, x)
+        if image is not None:
+            self._image_queue = self._push(self._image_queue, image)
+        self._fresh = torch.zeros_like(self._fresh)
         need = self._plan_index >= self.n_action_steps
         if bool(need.any()):
             energy = self.last_energy.clone() if self.last_energy is not None and self.last_energy.shape == (b,) \
                 else torch.zeros(b)
-            chunk, e = self.predict_chunk(q[need], None if init is None else init[need], return_energy=True)
+            window = self._obs_queue[need] if image is None else \
+                {"state": self._obs_queue[need], "image": self._image_queue[need]}
+            chunk, e = self.predict_chunk(window, None if init is None else init[need], return_energy=True)
             start = self.n_obs_steps - 1
             self._plan[need] = chunk[:, start:start + self.n_action_steps]
             self._plan_index[need] = 0
@@ -159,4 +156,11 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
             self.last_energy = energy  # (B,) energy of each env's current chunk
         action = self._plan[torch.arange(b), self._plan_index]
         self._plan_index += 1
-        return like_input(action, obs)
+        return like_input(action, state_of(obs))
+
+    def _push(self, queue: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """queue (B, n_obs_steps, ...) with x (B, ...) appended as the newest step; the envs that just
+        reset (``_fresh``) get their queue filled with x (padding with the first observation)."""
+        q = torch.cat([queue[:, 1:], x[:, None]], dim=1)
+        q[self._fresh] = x[self._fresh, None].expand_as(q[self._fresh])
+        return q

@@ -6,31 +6,48 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..diffusion.vision import ImageEncoder
 from ..normalize import Normalizer
 
 
 class ChunkInputs:
-    """Mixin for networks over (observation window, action chunk): ``_init_normalizers`` makes their
-    ``obs_normalizer`` / ``action_normalizer`` (what the policy normalizes with and saves), and
-    ``flat_width`` / ``flatten`` give the concatenated input of the MLP-style ones."""
+    """Mixin for networks over (observation window, action chunk): ``_init_inputs`` makes their
+    ``obs_normalizer`` / ``action_normalizer`` (what the policy normalizes with and saves) and, for image
+    observations, their ``image_encoder``; ``features`` turns a window into what the network reads, and
+    ``flat_width`` / ``flatten`` give the concatenated input of the MLP-style ones.
 
-    def _init_normalizers(self, config) -> None:
+    The networks' ``obs_n`` argument is that feature window, (B, T, ``config.obs_feature_dim``): the
+    normalized state, followed by the image's features when there is an image."""
+
+    def _init_inputs(self, config) -> None:
         self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
         self.action_normalizer = Normalizer(config.action_dim, "min_max")
+        self.image_encoder = None
+        if config.image_shape is not None:
+            self.image_encoder = ImageEncoder(config.encoder_channels, config.spatial_keypoints,
+                                              config.image_feature_dim)
+
+    def features(self, state_n: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
+        """state_n (B, T, obs_dim) normalized, image (B, T, 3, H, W) in [0, 1] (image policies) -> obs_n
+        (B, T, obs_feature_dim). Computed once per window: the descent differentiates the energy, not this."""
+        if self.image_encoder is None:
+            return state_n
+        b, t = image.shape[:2]
+        return torch.cat([state_n, self.image_encoder(image.flatten(0, 1)).reshape(b, t, -1)], dim=-1)
 
     @staticmethod
     def flat_width(config) -> int:
-        """Width of ``flatten``'s output: n_obs_steps * obs_dim + horizon * action_dim."""
-        return config.n_obs_steps * config.obs_dim + config.horizon * config.action_dim
+        """Width of ``flatten``'s output: n_obs_steps * obs_feature_dim + horizon * action_dim."""
+        return config.n_obs_steps * config.obs_feature_dim + config.horizon * config.action_dim
 
     @staticmethod
     def flatten(obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        """obs_n (B, T, obs_dim), chunk (B, H, action_dim) -> (B, T * obs_dim + H * action_dim)."""
+        """obs_n (B, T, obs_feature_dim), chunk (B, H, action_dim) -> (B, T * obs_feature_dim + H * action_dim)."""
         return torch.cat([obs_n.flatten(1), chunk.flatten(1)], dim=1)
 
 
 class EnergyMLP(ChunkInputs, nn.Module):
-    """``forward(obs_n (B, T, obs_dim), chunk (B, H, action_dim)) -> energy (B,)``: an MLP on the concatenation.
+    """``forward(obs_n (B, T, obs_feature_dim), chunk (B, H, action_dim)) -> energy (B,)``: an MLP on the concatenation.
     (``out_dim`` > 1: for energies built on the MLP's (B, out_dim) output, ``biased_output``.)
 
     ``config`` needs the chunk shapes, ``obs_norm`` and ``hidden_dims``; ``activation`` builds each
@@ -42,7 +59,7 @@ class EnergyMLP(ChunkInputs, nn.Module):
         super().__init__()
         config.validate()
         self.config = config
-        self._init_normalizers(config)
+        self._init_inputs(config)
         dims = [self.flat_width(config), *config.hidden_dims]
         layers: list[nn.Module] = []
         for a, b in zip(dims[:-1], dims[1:]):
@@ -50,7 +67,7 @@ class EnergyMLP(ChunkInputs, nn.Module):
         self.net = nn.Sequential(*layers, nn.Linear(dims[-1], out_dim))
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        """obs_n (B, T, obs_dim), chunk (B, H, action_dim) -> energy (B,)."""
+        """obs_n (B, T, obs_feature_dim), chunk (B, H, action_dim) -> energy (B,)."""
         return self.biased_energy(obs_n, chunk, 0.0)
 
     def biased_energy(self, obs_n: torch.Tensor, chunk: torch.Tensor,

@@ -1,7 +1,8 @@
 """EBT-Policy-style energy transformer: actions by a few steps of gradient descent on a learned energy.
 
-``EnergyTransformer(obs_n (B, n_obs_steps, obs_dim), chunk (B, horizon, action_dim)) -> energy (B,)``
-scores an action chunk for an observation window (both normalized). ``descend`` minimizes it
+``EnergyTransformer(obs_n (B, n_obs_steps, obs_feature_dim), chunk (B, horizon, action_dim)) -> energy (B,)``
+scores an action chunk for an observation window (both normalized; ``obs_n`` is the normalized state, and
+the image's features for image observations: ``ChunkInputs.features``). ``descend`` minimizes it
 from an initial guess; training backpropagates through the unrolled descent (Energy-Based
 Transformers, Gladstone et al. 2025; EBT-Policy, 2025), so the model learns an energy landscape
 whose few-step gradient flow lands on the demonstrated chunk.
@@ -57,12 +58,13 @@ class StepEmbedding:
 
 class DescentEnergy(LearnedStepSize, StepEmbedding, ChunkInputs):
     """Mixin for the energies ``descend`` runs on: ``_init_config`` first (validate, keep the config, make the
-    normalizers), ``_init_descent`` last (the step size and the step embedding, after the network's layers)."""
+    normalizers and the image encoder), ``_init_descent`` last (the step size and the step embedding, after the
+    network's layers)."""
 
     def _init_config(self, config: EnergyConfig) -> None:
         config.validate()
         self.config = config
-        self._init_normalizers(config)
+        self._init_inputs(config)
 
     def _init_descent(self, config: EnergyConfig, width: int) -> None:
         self._init_step_size(config)
@@ -77,7 +79,7 @@ class EnergyTransformer(DescentEnergy, nn.Module):
         super().__init__()
         self._init_config(config)
         d = config.d_model
-        self.obs_embed = nn.Linear(config.obs_dim, d)
+        self.obs_embed = nn.Linear(config.obs_feature_dim, d)
         self.action_embed = nn.Linear(config.action_dim * config.actions_per_token, d)
         self.cls = nn.Parameter(torch.zeros(1, 1, d))
         n_tokens = config.n_obs_steps + config.horizon // config.actions_per_token + 1
@@ -89,7 +91,7 @@ class EnergyTransformer(DescentEnergy, nn.Module):
         self._init_descent(config, d)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """obs_n (B, n_obs_steps, obs_dim), chunk (B, horizon, action_dim), normalized; the descent
+        """obs_n (B, n_obs_steps, obs_feature_dim), chunk (B, horizon, action_dim), normalized; the descent
         step (``config.step_conditioned``; None: the final energy) -> energy (B,)."""
         b = obs_n.shape[0]
         actions = chunk.reshape(b, -1, self.action_embed.in_features)  # (B, H / actions_per_token, k * A)
@@ -140,7 +142,8 @@ class DescentEnergyResMLP(DescentEnergy, nn.Module):
         self._init_descent(config, width)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
+        """obs_n (B, T, obs_feature_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``)
+        -> energy (B,)."""
         h = self.inp(self.flatten(obs_n, chunk)) + self.step_bias(step)
         return self.out(self.blocks(h)).squeeze(-1)
 
@@ -156,7 +159,7 @@ class DescentEnergyConv(DescentEnergy, nn.Module):
         super().__init__()
         self._init_config(config)
         width = config.hidden_dims[0]
-        self.cond = nn.Linear(config.n_obs_steps * config.obs_dim, width)
+        self.cond = nn.Linear(config.n_obs_steps * config.obs_feature_dim, width)
         dims = [config.action_dim, *config.hidden_dims]
         self.blocks = nn.ModuleList([ConditionalResidualBlock1d(a, b, width, config.kernel_size, config.n_groups)
                                      for a, b in zip(dims[:-1], dims[1:])])
@@ -165,7 +168,8 @@ class DescentEnergyConv(DescentEnergy, nn.Module):
         self._init_descent(config, width)
 
     def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """obs_n (B, T, obs_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``) -> energy (B,)."""
+        """obs_n (B, T, obs_feature_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``)
+        -> energy (B,)."""
         cond = self.cond(obs_n.flatten(1)) + self.step_bias(step)
         h = chunk.transpose(1, 2)  # (B, A, H)
         for block in self.blocks:
@@ -205,7 +209,7 @@ def descend(model: nn.Module, obs_n: torch.Tensor, init: torch.Tensor, n_steps: 
     gradients; ``E_k`` is the model at ``step=k`` (one energy for all k unless ``step_conditioned``).
     ``model``: an energy network of ``build_energy_model`` (``EnergyTransformer`` or ``DescentEnergyMLP``).
 
-    obs_n (B, T, obs_dim), init (B, H, A) -> [a_1, ..., a_n_steps], each (B, H, A). With
+    obs_n (B, T, obs_feature_dim), init (B, H, A) -> [a_1, ..., a_n_steps], each (B, H, A). With
     ``create_graph`` the steps stay differentiable w.r.t. the model (training); otherwise
     they are detached (inference). Training uses the math attention kernel, the one whose
     backward is itself differentiable on CPU.

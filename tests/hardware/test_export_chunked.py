@@ -50,8 +50,10 @@ def _reconstruction_energy_mlp() -> EnergyPolicy:
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="resmlp", hidden_dims=[32, 32])),
     _reconstruction_energy_mlp,
     lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="conv", hidden_dims=[16, 16])),
+    lambda: EnergyPolicy(EnergyConfig(obs_dim=5, action_dim=2, backbone="resmlp", hidden_dims=[32, 32],
+                                      image_shape=[3, 16, 16], encoder_channels=[8], image_feature_dim=8)),
 ], ids=["diffusion", "energy", "implicit_bc", "energy_mlp_step_conditioned", "energy_resmlp", "energy_reconstruction",
-        "energy_conv"])
+        "energy_conv", "energy_resmlp_image"])
 def test_chunked_policy_networks_match_torch_in_onnxruntime(tmp_path, make):
     policy = make()
     path = export_onnx(policy, tmp_path / "policy.onnx")
