@@ -24,7 +24,7 @@ from ..normalize import Normalizer, check_policy_stats
 from .configuration_diffusion import DiffusionConfig
 from .mlp import ConditionalMlp
 from .unet import ConditionalUnet1d
-from .vision import ImageEncoder
+from .vision import image_encoder_for, window_features
 
 
 class DiffusionModel(nn.Module):
@@ -35,12 +35,8 @@ class DiffusionModel(nn.Module):
         self.config = config
         self.obs_normalizer = Normalizer(config.obs_dim, config.normalization)
         self.action_normalizer = Normalizer(config.action_dim, config.normalization)
-        feature_dim = config.obs_dim
-        self.image_encoder = None
-        if config.image_shape is not None:
-            self.image_encoder = ImageEncoder(config.encoder_channels, config.spatial_keypoints,
-                                              config.image_feature_dim)
-            feature_dim += config.image_feature_dim
+        self.image_encoder = image_encoder_for(config)
+        feature_dim = config.obs_dim + (config.image_feature_dim if self.image_encoder is not None else 0)
         cond_dim = feature_dim * config.n_obs_steps
         if config.denoiser == "unet":
             self.denoiser = ConditionalUnet1d(config.action_dim, cond_dim, config.down_dims, config.kernel_size,
@@ -51,11 +47,7 @@ class DiffusionModel(nn.Module):
 
     def condition(self, obs: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
         """obs (B, To, obs_dim) raw, image (B, To, 3, H, W) in [0, 1] -> cond (B, To * features)."""
-        feats = [self.obs_normalizer(obs)]
-        if self.image_encoder is not None:
-            B, To = image.shape[:2]
-            feats.append(self.image_encoder(image.flatten(0, 1)).reshape(B, To, -1))
-        return torch.cat(feats, dim=-1).flatten(1)
+        return window_features(self.obs_normalizer(obs), image, self.image_encoder).flatten(1)
 
 
 class DiffusionPolicy(AveragedWeights):

@@ -65,3 +65,20 @@ class ImageEncoder(nn.Module):
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         return self.out(self.pool(self.blocks(self.stem(image * 2.0 - 1.0))))
+
+
+def image_encoder_for(config) -> ImageEncoder | None:
+    """The encoder a chunk policy's config asks for (``encoder_channels``, ``spatial_keypoints``,
+    ``image_feature_dim``), or None when its observations have no image (``image_shape`` None)."""
+    if config.image_shape is None:
+        return None
+    return ImageEncoder(config.encoder_channels, config.spatial_keypoints, config.image_feature_dim)
+
+
+def window_features(state_n: torch.Tensor, image: torch.Tensor | None, encoder: ImageEncoder | None) -> torch.Tensor:
+    """state_n (B, T, obs_dim) normalized, image (B, T, 3, H, W) in [0, 1] -> (B, T, obs_dim + feature_dim): each
+    step's state followed by its image's features (``state_n`` itself when ``encoder`` is None)."""
+    if encoder is None:
+        return state_n
+    b, t = image.shape[:2]
+    return torch.cat([state_n, encoder(image.flatten(0, 1)).reshape(b, t, -1)], dim=-1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..diffusion.vision import ImageEncoder
+from ..diffusion.vision import image_encoder_for, window_features
 from ..normalize import Normalizer
 
 
@@ -22,18 +22,12 @@ class ChunkInputs:
     def _init_inputs(self, config) -> None:
         self.obs_normalizer = Normalizer(config.obs_dim, config.obs_norm)
         self.action_normalizer = Normalizer(config.action_dim, "min_max")
-        self.image_encoder = None
-        if config.image_shape is not None:
-            self.image_encoder = ImageEncoder(config.encoder_channels, config.spatial_keypoints,
-                                              config.image_feature_dim)
+        self.image_encoder = image_encoder_for(config)
 
     def features(self, state_n: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
         """state_n (B, T, obs_dim) normalized, image (B, T, 3, H, W) in [0, 1] (image policies) -> obs_n
         (B, T, obs_feature_dim). Computed once per window: the descent differentiates the energy, not this."""
-        if self.image_encoder is None:
-            return state_n
-        b, t = image.shape[:2]
-        return torch.cat([state_n, self.image_encoder(image.flatten(0, 1)).reshape(b, t, -1)], dim=-1)
+        return window_features(state_n, image, self.image_encoder)
 
     @staticmethod
     def flat_width(config) -> int:
