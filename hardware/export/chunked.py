@@ -24,8 +24,7 @@ def diffusion_spec(policy) -> ModuleSpec:
     """The EMA denoiser (U-Net or MLP) of a ``DiffusionPolicy`` as a denoiser spec (state and image policies alike:
     ``global_cond`` is ``DiffusionModel.condition``'s output)."""
     model, c = policy.inference_model, policy.config
-    feature_dim = c.obs_dim + (c.image_feature_dim if c.image_shape is not None else 0)
-    return denoiser_spec(model.denoiser, c.horizon, c.action_dim, feature_dim * c.n_obs_steps, metadata={
+    return denoiser_spec(model.denoiser, c.horizon, c.action_dim, c.obs_feature_dim * c.n_obs_steps, metadata={
         "policy_kind": policy.kind, "inference_scheduler": c.inference_scheduler,
         "num_inference_steps": str(c.num_inference_steps), "num_train_timesteps": str(c.num_train_timesteps),
         "beta_schedule": c.beta_schedule, "prediction_type": c.prediction_type,

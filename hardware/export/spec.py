@@ -159,7 +159,7 @@ def denoiser_spec(network: nn.Module, horizon: int, action_dim: int, cond_dim: i
 
         def diffusion_spec(policy):
             model, c = policy.inference_model, policy.config          # EMA weights
-            cond_dim = c.obs_dim * c.n_obs_steps                      # + image_feature_dim per step with images
+            cond_dim = c.obs_feature_dim * c.n_obs_steps              # state (+ image features) per step
             return denoiser_spec(model.denoiser, c.horizon, c.action_dim, cond_dim, metadata={
                 "policy_kind": policy.kind, "inference_scheduler": c.inference_scheduler,
                 "num_inference_steps": str(c.num_inference_steps), "num_train_timesteps": str(c.num_train_timesteps),

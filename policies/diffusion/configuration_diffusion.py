@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .vision import ImageObservationConfig
+
 INFERENCE_SCHEDULERS = ("ddim", "dpmsolver")
 PREDICTION_TYPES = ("epsilon", "sample")
 DENOISERS = ("unet", "mlp")
 
 
 @dataclass
-class DiffusionConfig:
+class DiffusionConfig(ImageObservationConfig):
     """A denoiser (``denoiser``: a conditional 1-D temporal U-Net, or a residual MLP over the
     flattened chunk, several times cheaper to train on a CPU) denoises a chunk of ``horizon`` actions given the last
     ``n_obs_steps`` observations; ``n_action_steps`` of them are executed before replanning.
@@ -25,7 +27,6 @@ class DiffusionConfig:
 
     obs_dim: int = 5
     action_dim: int = 2
-    image_shape: list[int] | None = None  # (3, H, W) when the observation has an image
     n_obs_steps: int = 2
     horizon: int = 16
     n_action_steps: int = 8
@@ -37,10 +38,6 @@ class DiffusionConfig:
     diffusion_step_embed_dim: int = 128
     mlp_hidden: int = 512  # denoiser = mlp: width and number of residual blocks
     mlp_blocks: int = 3
-    # image encoder
-    encoder_channels: list[int] = field(default_factory=lambda: [32, 64, 128])
-    spatial_keypoints: int = 32
-    image_feature_dim: int = 64
     # noise schedules (diffusers)
     num_train_timesteps: int = 100
     num_inference_steps: int = 10
@@ -63,7 +60,6 @@ class DiffusionConfig:
         if self.denoiser not in DENOISERS:
             raise ValueError(f"unknown denoiser {self.denoiser!r}; choose one of {list(DENOISERS)}")
         self.down_dims = [int(d) for d in self.down_dims]
-        self.encoder_channels = [int(c) for c in self.encoder_channels]
         if not self.down_dims:
             raise ValueError("down_dims must list at least one channel count, e.g. [64, 128, 256]")
         factor = 2 ** (len(self.down_dims) - 1)
@@ -84,10 +80,7 @@ class DiffusionConfig:
                              f"{self.num_train_timesteps}")
         if self.denoiser == "unet" and any(d % self.n_groups for d in self.down_dims):
             raise ValueError(f"every down_dims entry must be divisible by n_groups={self.n_groups}: {self.down_dims}")
-        if self.image_shape is not None:
-            self.image_shape = [int(s) for s in self.image_shape]
-            if len(self.image_shape) != 3 or self.image_shape[0] != 3:
-                raise ValueError(f"image_shape must be (3, H, W), got {self.image_shape}")
+        self.validate_image()
 
     @property
     def executed_slice(self) -> slice:

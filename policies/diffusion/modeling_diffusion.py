@@ -36,8 +36,7 @@ class DiffusionModel(nn.Module):
         self.obs_normalizer = Normalizer(config.obs_dim, config.normalization)
         self.action_normalizer = Normalizer(config.action_dim, config.normalization)
         self.image_encoder = image_encoder_for(config)
-        feature_dim = config.obs_dim + (config.image_feature_dim if self.image_encoder is not None else 0)
-        cond_dim = feature_dim * config.n_obs_steps
+        cond_dim = config.obs_feature_dim * config.n_obs_steps
         if config.denoiser == "unet":
             self.denoiser = ConditionalUnet1d(config.action_dim, cond_dim, config.down_dims, config.kernel_size,
                                               config.n_groups, config.diffusion_step_embed_dim)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from policies.diffusion.vision import ImageObservationConfig
+
 NORM_MODES = ("min_max", "mean_std", "identity")
 GUESSES = ("zeros", "noise", "uniform")
 BACKBONE_NAMES = ("transformer", "mlp", "resmlp", "conv")  # the networks of modeling_energy.BACKBONES
 
 
 @dataclass
-class ChunkConfig:
+class ChunkConfig(ImageObservationConfig):
     """Shapes and normalization shared by the chunk policies (Diffusion Policy's horizons).
 
     The policy reads ``n_obs_steps`` observations (obs_dim,), predicts ``horizon`` actions
@@ -28,29 +30,12 @@ class ChunkConfig:
     n_action_steps: int = 8
     obs_norm: str = "min_max"  # min_max | mean_std | identity
     obs_noise_std: float = 0.0  # std of N(0, .) noise on the normalized observations in the training loss (0: off)
-    image_shape: list[int] | None = None  # (3, H, W) when the observation has an image (as the diffusion policy's)
-    encoder_channels: list[int] = field(default_factory=lambda: [32, 64, 128])  # image observations: ResNet widths,
-    spatial_keypoints: int = 32  # spatial-softmax keypoints,
-    image_feature_dim: int = 64  # and features per image, concatenated to the normalized state of each step
     use_ema: bool = False  # act with (and save) a moving average of the weights (policies.ema)
     ema_power: float = 0.75  # the average's warm-up: decay 1 - (1 + step) ** -power ...
     ema_max_decay: float = 0.9999  # ... capped here
 
-    @property
-    def obs_feature_dim(self) -> int:
-        """Width of one observation step as the energy network sees it: the normalized state, then the
-        image's features (``image_feature_dim``) for image observations."""
-        return self.obs_dim + (self.image_feature_dim if self.image_shape is not None else 0)
-
     def validate(self) -> None:
-        if self.image_shape is not None:
-            if len(self.image_shape) != 3 or self.image_shape[0] != 3 or min(self.image_shape) < 1:
-                raise ValueError(f"image_shape={self.image_shape} must be (3, H, W)")
-            if not self.encoder_channels or min(self.encoder_channels) < 1:
-                raise ValueError(f"encoder_channels={self.encoder_channels} must list positive widths")
-            if self.spatial_keypoints < 1 or self.image_feature_dim < 1:
-                raise ValueError(f"spatial_keypoints={self.spatial_keypoints} and image_feature_dim="
-                                 f"{self.image_feature_dim} must be >= 1")
+        self.validate_image()
         for name in ("obs_dim", "action_dim", "n_obs_steps", "horizon", "n_action_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")

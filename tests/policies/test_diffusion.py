@@ -6,6 +6,7 @@ import torch
 
 from policies.chunked import ChunkedPolicy, with_execution_horizon
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policies.diffusion.vision import ImageEncoder
 from policies.ema import ema_decay
 from policies.registry import load_policy
 
@@ -55,6 +56,24 @@ def test_image_policy_shapes():
         policy.act(torch.randn(2, 5))
     with pytest.raises(ValueError, match=r"image has shape \(2, 3, 16, 16\), expected \(B, 3, 32, 32\)"):
         policy.act({"state": torch.randn(2, 5), "image": torch.rand(2, 3, 16, 16)})
+
+
+def test_pooled_stem_quarters_the_pixels_the_blocks_see(tmp_path):
+    """``encoder_stem_pool`` puts ResNet-18's max-pool after the stem: 32x32 images reach the blocks as 8x8 instead
+    of 16x16, the features keep their width, and the setting round-trips with the checkpoint."""
+    image = torch.rand(2, 3, 32, 32)
+    plain = ImageEncoder([8, 16], 4, 16)
+    pooled = ImageEncoder([8, 16], 4, 16, stem_pool=True)
+    assert plain.stem(image).shape == (2, 8, 16, 16) and pooled.stem(image).shape == (2, 8, 8, 8)
+    assert pooled(image).shape == plain(image).shape == (2, 16)
+    policy = trained_policy(steps=2, image_shape=[3, 32, 32], encoder_channels=[8, 16], spatial_keypoints=8,
+                            image_feature_dim=16, encoder_stem_pool=True)
+    hist = {"state": torch.randn(2, 2, 5), "image": torch.rand(2, 2, 3, 32, 32)}
+    noise = torch.randn(2, *policy.noise_shape)
+    loaded = load_policy(policy.save(tmp_path / "ckpt"))
+    assert loaded.config.encoder_stem_pool
+    chunks = [torch.as_tensor(p.predict_chunk(hist, noise)) for p in (policy, loaded)]
+    assert torch.equal(*chunks)
 
 
 MLP = dict(denoiser="mlp", mlp_hidden=32, mlp_blocks=1)
@@ -160,6 +179,10 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         DiffusionConfig(denoiser="transformer")
     with pytest.raises(ValueError, match="unknown inference_scheduler 'euler'"):
         DiffusionConfig(inference_scheduler="euler")
+    with pytest.raises(ValueError, match=r"image_shape must be \(3, H, W\), got \[1, 8, 8\]"):
+        DiffusionConfig(image_shape=[1, 8, 8])
+    with pytest.raises(ValueError, match="encoder_channels=\\[\\] must list positive widths"):
+        DiffusionConfig(image_shape=[3, 8, 8], encoder_channels=[])
     with pytest.raises(KeyError, match="'action'"):
         policy.set_normalization({"obs": STATS["obs"]})
     with pytest.raises(FileNotFoundError, match="not a robo checkpoint"):
