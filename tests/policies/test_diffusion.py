@@ -6,7 +6,7 @@ import torch
 
 from policies.chunked import ChunkedPolicy, with_execution_horizon
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
-from policies.diffusion.vision import ImageEncoder
+from policies.diffusion.vision import ImageEncoder, crop_images
 from policies.ema import ema_decay
 from policies.registry import load_policy
 
@@ -74,6 +74,34 @@ def test_pooled_stem_quarters_the_pixels_the_blocks_see(tmp_path):
     assert loaded.config.encoder_stem_pool
     chunks = [torch.as_tensor(p.predict_chunk(hist, noise)) for p in (policy, loaded)]
     assert torch.equal(*chunks)
+
+
+def test_image_crop_is_random_in_training_and_central_when_acting():
+    """``image_crop``: each training image is its own random window (Diffusion Policy's augmentation), acting uses the
+    centre window, so the chunk stays a deterministic function of the noise; bad crops are refused."""
+    image = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
+    assert torch.equal(crop_images(image, (4, 6), random=False), image[:, :, 2:6, 1:7])
+    torch.manual_seed(0)
+    windows = [crop_images(image, (4, 6), random=True) for _ in range(20)]
+    corners = {(int(w[0, 0, 0, 0]), int(w[1, 0, 0, 0])) for w in windows}
+    assert len(corners) > 5  # per image and per call
+    for w in windows:  # every crop is a contiguous window of its own image
+        top, left = divmod(int(w[1, 0, 0, 0]) - 192, 8)
+        assert torch.equal(w[1], image[1, :, top:top + 4, left:left + 6])
+    torch.manual_seed(0)
+    cropped = ImageEncoder([8], 4, 8, crop=(24, 24))
+    whole = ImageEncoder([8], 4, 8)
+    whole.load_state_dict(cropped.state_dict())
+    x = torch.rand(3, 3, 32, 32)
+    assert torch.equal(cropped.eval()(x), whole.eval()(x[:, :, 4:28, 4:28]))
+    assert not torch.equal(cropped.train()(x), cropped.train()(x))
+    policy = trained_policy(steps=2, image_shape=[3, 32, 32], encoder_channels=[8, 16], spatial_keypoints=8,
+                            image_feature_dim=16, image_crop=[28, 28])
+    hist = {"state": torch.randn(2, 2, 5), "image": torch.rand(2, 2, 3, 32, 32)}
+    noise = torch.randn(2, *policy.noise_shape)
+    assert torch.equal(*[torch.as_tensor(policy.predict_chunk(hist, noise)) for _ in range(2)])
+    with pytest.raises(ValueError, match=r"image_crop=\[40, 28\] must be \(h, w\) within"):
+        DiffusionConfig(image_shape=[3, 32, 32], image_crop=[40, 28])
 
 
 MLP = dict(denoiser="mlp", mlp_hidden=32, mlp_blocks=1)
