@@ -45,13 +45,19 @@ def test_shapes_and_array_types():
     assert bool(((torch.as_tensor(chunk) >= lo - 1e-5) & (torch.as_tensor(chunk) <= hi + 1e-5)).all())
 
 
+IMAGE = dict(image_shape=[3, 32, 32], encoder_channels=[8, 16], spatial_keypoints=8, image_feature_dim=16)
+
+
+def image_history() -> dict[str, torch.Tensor]:
+    """A batch of 2 observation windows (2 steps) for a policy built with ``IMAGE``."""
+    return {"state": torch.randn(2, 2, 5), "image": torch.rand(2, 2, 3, 32, 32)}
+
+
 def test_image_policy_shapes():
-    policy = trained_policy(steps=2, image_shape=[3, 32, 32], encoder_channels=[8, 16], spatial_keypoints=8,
-                            image_feature_dim=16)
+    policy = trained_policy(steps=2, **IMAGE)
     obs = {"state": torch.randn(2, 5), "image": torch.rand(2, 3, 32, 32)}
     assert policy.act(obs).shape == (2, 2)
-    hist = {"state": torch.randn(2, 2, 5), "image": torch.rand(2, 2, 3, 32, 32)}
-    assert policy.predict_chunk(hist).shape == (2, 8, 2)
+    assert policy.predict_chunk(image_history()).shape == (2, 8, 2)
     with pytest.raises(ValueError, match="observes images"):
         policy.act(torch.randn(2, 5))
     with pytest.raises(ValueError, match=r"image has shape \(2, 3, 16, 16\), expected \(B, 3, 32, 32\)"):
@@ -66,9 +72,8 @@ def test_pooled_stem_quarters_the_pixels_the_blocks_see(tmp_path):
     pooled = ImageEncoder([8, 16], 4, 16, stem_pool=True)
     assert plain.stem(image).shape == (2, 8, 16, 16) and pooled.stem(image).shape == (2, 8, 8, 8)
     assert pooled(image).shape == plain(image).shape == (2, 16)
-    policy = trained_policy(steps=2, image_shape=[3, 32, 32], encoder_channels=[8, 16], spatial_keypoints=8,
-                            image_feature_dim=16, encoder_stem_pool=True)
-    hist = {"state": torch.randn(2, 2, 5), "image": torch.rand(2, 2, 3, 32, 32)}
+    policy = trained_policy(steps=2, **IMAGE, encoder_stem_pool=True)
+    hist = image_history()
     noise = torch.randn(2, *policy.noise_shape)
     loaded = load_policy(policy.save(tmp_path / "ckpt"))
     assert loaded.config.encoder_stem_pool
@@ -95,9 +100,8 @@ def test_image_crop_is_random_in_training_and_central_when_acting():
     x = torch.rand(3, 3, 32, 32)
     assert torch.equal(cropped.eval()(x), whole.eval()(x[:, :, 4:28, 4:28]))
     assert not torch.equal(cropped.train()(x), cropped.train()(x))
-    policy = trained_policy(steps=2, image_shape=[3, 32, 32], encoder_channels=[8, 16], spatial_keypoints=8,
-                            image_feature_dim=16, image_crop=[28, 28])
-    hist = {"state": torch.randn(2, 2, 5), "image": torch.rand(2, 2, 3, 32, 32)}
+    policy = trained_policy(steps=2, **IMAGE, image_crop=[28, 28])
+    hist = image_history()
     noise = torch.randn(2, *policy.noise_shape)
     assert torch.equal(*[torch.as_tensor(policy.predict_chunk(hist, noise)) for _ in range(2)])
     with pytest.raises(ValueError, match=r"image_crop=\[40, 28\] must be \(h, w\) within"):
