@@ -86,6 +86,9 @@ class EnergyConfig(ChunkConfig):
     the network's first layer), so early steps can take coarse moves and later ones fine ones, as a
     diffusion model's noise level lets it; the final energy (the uncertainty, and what candidates are
     ranked by) is the last trained step's, and inference runs at most ``train_steps`` steps.
+    ``langevin_std`` and ``step_size_jitter`` are EBT's energy-landscape regularizers, in training only:
+    noise on the descent's intermediate chunks and a random step size per sample, so the energy must pull
+    chunks in from around its own path, with any step, instead of fitting one exact unrolled path.
     A batch with an ``init`` key (B, horizon, action_dim) trains on (guess, chunk) pairs instead:
     the descent from each guess regresses onto its own chunk (distillation of a teacher's
     noise -> chunk map, ``robo.imitation.distill``); ``default_init="uniform"`` then draws guesses
@@ -111,6 +114,8 @@ class EnergyConfig(ChunkConfig):
     learn_step_size: bool = True
     step_conditioned: bool = False  # the energy also sees the descent step k: E_k(obs, chunk), one per step
     grad_clip: float | None = None  # per-sample max norm of dE/da (None: no clipping)
+    langevin_std: float = 0.0  # training descent: N(0, .) noise on every iterate but the last (0: off)
+    step_size_jitter: float = 0.0  # training descent: each sample's step size times exp(U(-j, j)) (0: off)
     init_std: float = 1.0  # std of the random initial guesses in training
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise (N(0, 1)) | uniform (U(-1, 1))
     loss_on: str = "all"  # all | last
@@ -164,6 +169,9 @@ class EnergyConfig(ChunkConfig):
                              f"must be <= train_steps={self.train_steps}")
         if self.step_size <= 0:
             raise ValueError(f"step_size={self.step_size} must be > 0")
+        if not self.langevin_std >= 0 or not self.step_size_jitter >= 0:
+            raise ValueError(f"langevin_std={self.langevin_std} and step_size_jitter={self.step_size_jitter} "
+                             "must be >= 0")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip={self.grad_clip} must be > 0 or None")
         if self.default_init not in GUESSES:

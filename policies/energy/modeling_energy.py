@@ -203,7 +203,8 @@ def straight_through_clamp(a: torch.Tensor) -> torch.Tensor:
 
 
 def descend(model: nn.Module, obs_n: torch.Tensor, init: torch.Tensor, n_steps: int,
-            grad_clip: float | None = None, create_graph: bool = False) -> list[torch.Tensor]:
+            grad_clip: float | None = None, create_graph: bool = False, langevin_std: float = 0.0,
+            step_jitter: float = 0.0) -> list[torch.Tensor]:
     """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE_k/da), -1, 1)`` for k = 0 .. n_steps - 1,
     the clamp straight-through (``straight_through_clamp``) so that saturated actions still get
     gradients; ``E_k`` is the model at ``step=k`` (one energy for all k unless ``step_conditioned``).
@@ -213,17 +214,25 @@ def descend(model: nn.Module, obs_n: torch.Tensor, init: torch.Tensor, n_steps: 
     ``create_graph`` the steps stay differentiable w.r.t. the model (training); otherwise
     they are detached (inference). Training uses the math attention kernel, the one whose
     backward is itself differentiable on CPU.
+    EBT's energy-landscape regularizers, for training (both 0: plain descent): ``langevin_std`` adds
+    N(0, langevin_std^2) to every iterate but the last before its step is taken (Langevin dynamics), and
+    ``step_jitter`` = j scales each sample's step size by exp(U(-j, j)), drawn once per descent.
     """
     a = init.clamp(-1.0, 1.0)
+    step = model.step_size
+    if step_jitter > 0:
+        step = step * torch.empty(a.shape[0], *([1] * (a.ndim - 1))).uniform_(-step_jitter, step_jitter).exp()
     chunks = []
     kernel = sdpa_kernel(SDPBackend.MATH) if create_graph else contextlib.nullcontext()
     with torch.enable_grad(), kernel:
         for k in range(n_steps):
+            if langevin_std > 0 and k > 0:
+                a = straight_through_clamp(a + langevin_std * torch.randn_like(a))
             if not a.requires_grad:
                 a = a.detach().requires_grad_(True)
             energy = model(obs_n, a, step=k)
             (grad,) = torch.autograd.grad(energy.sum(), a, create_graph=create_graph)
-            a = straight_through_clamp(a - model.step_size * clip_per_sample(grad, grad_clip))
+            a = straight_through_clamp(a - step * clip_per_sample(grad, grad_clip))
             if not create_graph:
                 a = a.detach()
             chunks.append(a)
@@ -346,7 +355,8 @@ class EnergyPolicy(ChunkPolicyBase):
             init = (cfg.init_std * torch.randn_like(target)).clamp(-1.0, 1.0)
         else:
             m, obs_m, target = 1, obs_n, action_n
-        chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True)
+        chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True,
+                         langevin_std=cfg.langevin_std, step_jitter=cfg.step_size_jitter)
         if cfg.objective == "energy_score" and m > 1:
             errors = torch.stack([energy_score(c, target, m, spread_weight=cfg.spread_weight) for c in chunks])
         else:

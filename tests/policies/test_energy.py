@@ -553,3 +553,49 @@ def test_image_energy_policy_acts_per_env_and_checks_its_inputs():
         EnergyConfig(image_shape=[1, 8, 8]).validate()
     with pytest.raises(ValueError, match="encoder_channels"):
         EnergyConfig(image_shape=[3, 8, 8], encoder_channels=[]).validate()
+
+
+def test_landscape_regularizers_perturb_the_training_descent_only():
+    with pytest.raises(ValueError, match="langevin_std"):
+        EnergyConfig(langevin_std=-0.1).validate()
+    with pytest.raises(ValueError, match="step_size_jitter"):
+        EnergyConfig(step_size_jitter=-0.5).validate()
+    from policies.energy.modeling_energy import descend
+
+    plain = energy_mlp_policy(backbone="resmlp", hidden_dims=[32, 32])
+    batch = toy_batch(32, 4, torch.Generator().manual_seed(0))
+    obs_n = plain.model.obs_normalizer(batch["obs"])
+    guess = 0.5 * torch.randn(32, 4, 2, generator=torch.Generator().manual_seed(1))
+    clean = descend(plain.model, obs_n, guess, 3)
+    torch.manual_seed(3)
+    noisy = descend(plain.model, obs_n, guess, 3, langevin_std=0.3)
+    assert torch.equal(noisy[0], clean[0])  # the first step starts from the guess itself
+    assert not torch.allclose(noisy[-1], clean[-1]) and noisy[-1].abs().max() <= 1.0
+    torch.manual_seed(3)
+    assert torch.equal(descend(plain.model, obs_n, guess, 3, langevin_std=0.3)[-1], noisy[-1])
+    # the jitter scales each sample's whole descent by one factor: a one-step move a_1 - a_0 changes length
+    # per sample, not direction (away from the box's edges)
+    small = 0.1 * guess
+    torch.manual_seed(4)
+    jittered = descend(plain.model, obs_n, small, 1, step_jitter=0.5)[0] - small
+    moved = descend(plain.model, obs_n, small, 1)[0] - small
+    ratio = jittered.flatten(1).norm(dim=1) / moved.flatten(1).norm(dim=1)
+    inside = (descend(plain.model, obs_n, small, 1)[0].abs() < 0.99).flatten(1).all(1)
+    assert inside.sum() > 10
+    cosine = torch.nn.functional.cosine_similarity(jittered.flatten(1), moved.flatten(1))[inside]
+    assert torch.allclose(cosine, torch.ones_like(cosine), atol=1e-5)
+    assert ratio[inside].min() >= np.exp(-0.5) - 1e-5 and ratio[inside].max() <= np.exp(0.5) + 1e-5
+    assert ratio[inside].std() > 0.05
+    # the policy draws them in its training loss, not when it acts
+    regularized = energy_mlp_policy(backbone="resmlp", hidden_dims=[32, 32], langevin_std=0.3, step_size_jitter=0.5,
+                                    train_steps=3, n_steps=3)
+    reference = energy_mlp_policy(backbone="resmlp", hidden_dims=[32, 32], train_steps=3, n_steps=3)
+    reference.model.load_state_dict(regularized.model.state_dict())
+    losses = []
+    for policy in (regularized, reference):
+        torch.manual_seed(5)
+        losses.append(policy.compute_loss(batch))
+    assert not torch.allclose(*losses)
+    losses[0].backward()
+    assert torch.isfinite(losses[0]) and regularized.model.log_step_size.grad is not None
+    assert torch.equal(regularized.predict_chunk(batch["obs"], guess), reference.predict_chunk(batch["obs"], guess))
