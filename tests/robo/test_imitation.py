@@ -216,6 +216,7 @@ def test_pusht_policy_presets_set_their_chunk_and_execution_horizon():
     assert n_act("policy=diffusion", "task=pusht_image") == 2  # pusht_image_diffusion.yaml includes it
     image_energy = policy_cfg("policy=energy", "task=pusht_image")  # pusht_image_energy.yaml includes pusht_energy
     assert (image_energy.horizon, image_energy.backbone, image_energy.encoder_channels) == (6, "resmlp", [16, 32, 64])
+    assert image_energy.image_crop == [84, 84] and policy_cfg("policy=diffusion", "task=pusht_image").image_crop is None
     # the DSRL-shaped preset: a 4-action chunk executed whole from the last observation (no task specialization)
     mlp = policy_cfg("policy=diffusion_mlp", "task=pusht")
     assert (mlp.kind, mlp.denoiser, mlp.n_obs_steps, mlp.horizon, mlp.n_action_steps) == ("diffusion", "mlp", 1, 4, 4)
