@@ -94,6 +94,9 @@ def open_link(address: str, timeout: float):
     return _SerialLink(address, 115200)
 
 
+DISARM_CONFIRM_S = 1.0  # close(): s to wait for the flight controller to report the disarm
+
+
 class BetaflightRobot:
     """``Robot`` driver for a Betaflight flight controller over MSP.
 
@@ -262,6 +265,11 @@ class BetaflightRobot:
             return
         if self._arm_request and not self._lost:
             self.disarm()
+            # the poller keeps streaming the disarmed RC and reading the status: wait (bounded) until the
+            # flight controller reports itself disarmed, so the link does not close before it acted on it
+            deadline = time.monotonic() + DISARM_CONFIRM_S
+            while self._flags & 1 and not self._lost and time.monotonic() < deadline:
+                time.sleep(0.005)
         self._running.clear()
         join_loops(self._threads)
         self._link.close()
