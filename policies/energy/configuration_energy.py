@@ -114,7 +114,7 @@ class EnergyConfig(ChunkConfig):
     learn_step_size: bool = True
     step_conditioned: bool = False  # the energy also sees the descent step k: E_k(obs, chunk), one per step
     grad_clip: float | None = None  # per-sample max norm of dE/da (None: no clipping)
-    langevin_std: float = 0.0  # training descent: N(0, .) noise on every iterate but the last (0: off)
+    langevin_std: float = 0.0  # training descent: N(0, .) noise on the intermediate chunks (0: off)
     step_size_jitter: float = 0.0  # training descent: each sample's step size times exp(U(-j, j)) (0: off)
     init_std: float = 1.0  # std of the random initial guesses in training
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise (N(0, 1)) | uniform (U(-1, 1))

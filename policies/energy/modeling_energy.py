@@ -215,7 +215,7 @@ def descend(model: nn.Module, obs_n: torch.Tensor, init: torch.Tensor, n_steps: 
     they are detached (inference). Training uses the math attention kernel, the one whose
     backward is itself differentiable on CPU.
     EBT's energy-landscape regularizers, for training (both 0: plain descent): ``langevin_std`` adds
-    N(0, langevin_std^2) to every iterate but the last before its step is taken (Langevin dynamics), and
+    N(0, langevin_std^2) to each intermediate chunk a_1 .. a_{n-1} before its step (Langevin dynamics), and
     ``step_jitter`` = j scales each sample's step size by exp(U(-j, j)), drawn once per descent.
     """
     a = init.clamp(-1.0, 1.0)
