@@ -37,7 +37,7 @@ import numpy as np
 from . import msp
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
-from .threads import join_loops, start_loops
+from .threads import join_loops, start_loops, wait_until
 from .betaflight_sitl import (BF_FROM_ROBO, PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude_to_rc,
                               betaflight_attitude_to_quat, betaflight_gyro_to_flu, pack_rc, state_to_fdm,
                               unpack_servo)
@@ -141,11 +141,8 @@ class BetaflightRobot:
                              "the flight controller (or SITL) is running") from e
         self._running.set()
         self._threads = start_loops("BetaflightRobot", (self._reader, self._poller))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._attitude is not None and self._gyro is not None:
-                return
-            time.sleep(0.01)
+        if wait_until(lambda: self._attitude is not None and self._gyro is not None, timeout):
+            return
         self.close()
         raise RobotError(f"no MSP_ATTITUDE/MSP_RAW_IMU reply from {self.address} within {timeout} s; check that "
                          "MSP is enabled on that port")
@@ -231,14 +228,11 @@ class BetaflightRobot:
         self._check_link()
         self._arm_request = True
         self._set_rc(0.0, 0.0, 0.0, 0.0)
-        deadline = time.monotonic() + timeout
-        while not self._flags & 1:
-            if time.monotonic() > deadline:
-                self.disarm()
-                raise RobotError(f"Betaflight did not arm within {timeout} s; check its arming-disable flags "
-                                 "(MSP_STATUS_EX / the CLI 'status'), that ARM is on AUX channel "
-                                 f"{self.mapping.arm_channel} and the throttle is low")
-            time.sleep(0.01)
+        if not wait_until(lambda: self._flags & 1, timeout):
+            self.disarm()
+            raise RobotError(f"Betaflight did not arm within {timeout} s; check its arming-disable flags "
+                             "(MSP_STATUS_EX / the CLI 'status'), that ARM is on AUX channel "
+                             f"{self.mapping.arm_channel} and the throttle is low")
 
     def disarm(self) -> None:
         self._arm_request = False
@@ -267,9 +261,7 @@ class BetaflightRobot:
             self.disarm()
             # the poller keeps streaming the disarmed RC and reading the status: wait (bounded) until the
             # flight controller reports itself disarmed, so the link does not close before it acted on it
-            deadline = time.monotonic() + DISARM_CONFIRM_S
-            while self._flags & 1 and not self._lost and time.monotonic() < deadline:
-                time.sleep(0.005)
+            wait_until(lambda: not self._flags & 1 or self._lost, DISARM_CONFIRM_S, interval=0.005)
         self._running.clear()
         join_loops(self._threads)
         self._link.close()

@@ -40,6 +40,7 @@ from cflib.crazyflie.log import LogTocElement
 
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .threads import wait_until
 
 POSITION_VELOCITY = ["stateEstimate." + n for n in ("x", "y", "z", "vx", "vy", "vz")]
 QUATERNION = ["stateEstimate." + n for n in ("qx", "qy", "qz", "qw")]
@@ -129,15 +130,16 @@ class CrazyflieRobot:
             size = sum(LogTocElement.get_size_from_id(v.fetch_as) for v in conf.variables)
             self._blocks[conf.id] = ([v.name for v in conf.variables], [v.fetch_as for v in conf.variables], size)
             conf.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if all(v in self._values for vs in LOG_BLOCKS.values() for v in vs):
-                    return
-            time.sleep(0.01)
+        if wait_until(self._has_all_log_values, timeout):
+            return
         self.close()
         raise RobotError(f"connected to {self.uri} but no state log data arrived within {timeout} s; "
                          "check that the firmware logs stateEstimate.* and gyro.*")
+
+    def _has_all_log_values(self) -> bool:
+        """Whether every variable of ``LOG_BLOCKS`` has arrived at least once."""
+        with self._lock:
+            return all(v in self._values for vs in LOG_BLOCKS.values() for v in vs)
 
     def _on_lost(self, uri: str, message: str) -> None:
         self._lost = f"the link to the Crazyflie at {uri} was lost ({message.splitlines()[0] if message else '?'})"
@@ -195,12 +197,9 @@ class CrazyflieRobot:
             self._armed = True
             return
         self._cf.supervisor.send_arming_request(True)
-        deadline = time.monotonic() + timeout
-        while not self._cf.supervisor.is_armed:
-            if time.monotonic() > deadline:
-                raise RobotError(f"the Crazyflie refused to arm within {timeout} s (supervisor state "
-                                 f"{self._cf.supervisor.read_state_list()}); check that it is level and not crashed")
-            time.sleep(0.02)
+        if not wait_until(lambda: self._cf.supervisor.is_armed, timeout, interval=0.02):
+            raise RobotError(f"the Crazyflie refused to arm within {timeout} s (supervisor state "
+                             f"{self._cf.supervisor.read_state_list()}); check that it is level and not crashed")
         self._cf.commander.send_setpoint(0.0, 0.0, 0.0, 0)  # unlocks thrust
         self._armed = True
 

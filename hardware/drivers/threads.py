@@ -1,8 +1,10 @@
-"""The background loops of a driver (receiver, heartbeat, poller): started at ``connect``, joined at ``close``."""
+"""The background loops of a driver (receiver, heartbeat, poller): started at ``connect``, joined at ``close``;
+``wait_until`` waits for what they make true (first telemetry, the armed flag)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 
@@ -20,3 +22,14 @@ def join_loops(threads: list[threading.Thread], timeout: float = 1.0) -> None:
     for t in threads:
         t.join(timeout=timeout)
     threads.clear()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
+    """Poll ``predicate()`` every ``interval`` s: True as soon as it is true (checked at least once), False once
+    ``timeout`` s have passed without it."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
