@@ -89,6 +89,11 @@ class EnergyConfig(ChunkConfig):
     ``langevin_std`` and ``step_size_jitter`` are EBT's energy-landscape regularizers, in training only:
     noise on the descent's intermediate chunks and a random step size per sample, so the energy must pull
     chunks in from around its own path, with any step, instead of fitting one exact unrolled path.
+    ``denoise_weight`` > 0 adds a denoising term, as a diffusion model trains at every noise level: each
+    demo chunk y gets N(0, s^2) noise with s ~ U(0, ``denoise_max_std``) per demo, and the same descent from
+    that noised chunk must land back on y (mean Euclidean error over the chunk, the energy score's units).
+    The demos become the energy's fixed points with basins around them, more constraints per demo on the
+    landscape the descent from random guesses crosses last.
     A batch with an ``init`` key (B, horizon, action_dim) trains on (guess, chunk) pairs instead:
     the descent from each guess regresses onto its own chunk (distillation of a teacher's
     noise -> chunk map, ``robo.imitation.distill``); ``default_init="uniform"`` then draws guesses
@@ -116,6 +121,8 @@ class EnergyConfig(ChunkConfig):
     grad_clip: float | None = None  # per-sample max norm of dE/da (None: no clipping)
     langevin_std: float = 0.0  # training descent: N(0, .) noise on the intermediate chunks (0: off)
     step_size_jitter: float = 0.0  # training descent: each sample's step size times exp(U(-j, j)) (0: off)
+    denoise_weight: float = 0.0  # training: weight of the descent from noised demos back onto them (0: off)
+    denoise_max_std: float = 0.3  # ... their noise: N(0, s^2) per demo, s ~ U(0, denoise_max_std) (normalized units)
     init_std: float = 1.0  # std of the random initial guesses in training
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise (N(0, 1)) | uniform (U(-1, 1))
     loss_on: str = "all"  # all | last
@@ -172,6 +179,9 @@ class EnergyConfig(ChunkConfig):
         if not self.langevin_std >= 0 or not self.step_size_jitter >= 0:
             raise ValueError(f"langevin_std={self.langevin_std} and step_size_jitter={self.step_size_jitter} "
                              "must be >= 0")
+        if not self.denoise_weight >= 0 or not self.denoise_max_std > 0:
+            raise ValueError(f"denoise_weight={self.denoise_weight} must be >= 0 and denoise_max_std="
+                             f"{self.denoise_max_std} > 0")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip={self.grad_clip} must be > 0 or None")
         if self.default_init not in GUESSES:

@@ -366,6 +366,8 @@ class EnergyPolicy(ChunkPolicyBase):
         else:  # weights 1..K normalized: later steps count more, every step must make progress
             w = torch.arange(1, len(chunks) + 1, dtype=errors.dtype)
             loss = (w * errors).sum() / w.sum()
+        if cfg.denoise_weight > 0:
+            loss = loss + cfg.denoise_weight * self._denoise_loss(obs_n, action_n)
         if cfg.contrastive_weight > 0:
             b = action_n.shape[0]
             if cfg.contrastive_negatives == "descended":  # the model's own samples: energy ~ -log p (max. likelihood)
@@ -375,3 +377,12 @@ class EnergyPolicy(ChunkPolicyBase):
             energies = energy_of_candidates(self.model, obs_n, torch.cat([action_n[:, None], negatives], dim=1))
             loss = loss + cfg.contrastive_weight * info_nce(energies[:, 0], energies[:, 1:])
         return loss
+
+    def _denoise_loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:
+        """The descent from noised demos back onto them (``EnergyConfig.denoise_weight``): obs_n (B, T, O),
+        action_n (B, H, A) -> mean over demos of |descend(y + s eps) - y| (flattened chunk), s ~ U(0, max_std)."""
+        cfg = self.config
+        std = cfg.denoise_max_std * torch.rand(action_n.shape[0], *([1] * (action_n.ndim - 1)))
+        noised = action_n + std * torch.randn_like(action_n)
+        landed = descend(self.model, obs_n, noised, cfg.train_steps, cfg.grad_clip, create_graph=True)[-1]
+        return (landed - action_n).flatten(1).norm(dim=1).mean()

@@ -600,3 +600,45 @@ def test_landscape_regularizers_perturb_the_training_descent_only():
     losses[0].backward()
     assert torch.isfinite(losses[0]) and regularized.model.log_step_size.grad is not None
     assert torch.equal(regularized.predict_chunk(batch["obs"], guess), reference.predict_chunk(batch["obs"], guess))
+
+
+def landing_error(policy, std: float, n: int = 256) -> float:
+    """Mean distance (normalized chunk units) at which the descent from demos noised by N(0, std^2) lands
+    from them, on toy demos the policy never trained on."""
+    from policies.energy.modeling_energy import descend
+
+    batch = toy_batch(n, policy.horizon, torch.Generator().manual_seed(321))
+    obs_n, demo = policy.model.obs_normalizer(batch["obs"]), policy.model.action_normalizer(batch["action"])
+    noised = demo + std * torch.randn(demo.shape, generator=torch.Generator().manual_seed(7))
+    landed = descend(policy.model, obs_n, noised, policy.config.n_steps)[-1]
+    return float((landed - demo).flatten(1).norm(dim=1).mean())
+
+
+def test_denoising_term_brings_noised_demos_back():
+    with pytest.raises(ValueError, match="denoise_weight"):
+        EnergyConfig(denoise_weight=-1.0).validate()
+    with pytest.raises(ValueError, match="denoise_max_std"):
+        EnergyConfig(denoise_max_std=0.0).validate()
+    common = dict(backbone="resmlp", hidden_dims=[64, 64], objective="energy_score", n_hypotheses=4, loss_on="last",
+                  train_steps=3, n_steps=3, default_init="noise")
+    torch.manual_seed(0)
+    denoised = energy_mlp_policy(denoise_weight=1.0, **common)
+    plain = energy_mlp_policy(**common)
+    plain.model.load_state_dict(denoised.model.state_dict())
+    # the term adds to the loss (same draws for the energy score) and trains the step size too
+    batch = toy_batch(32, 4, torch.Generator().manual_seed(0))
+    losses = []
+    for policy in (denoised, plain):
+        torch.manual_seed(5)
+        losses.append(policy.compute_loss(batch))
+    assert losses[0] > losses[1]
+    losses[0].backward()
+    assert denoised.model.log_step_size.grad is not None
+    denoised.model.zero_grad()
+    # trained on the same batches (100 steps), the denoising policy brings noised held-out demos back closer
+    # (0.08 against 0.30 when written) and samples the modes from random guesses no worse (0.017 against 0.029)
+    for policy in (denoised, plain):
+        torch.manual_seed(1)
+        fit(policy, 100)
+    assert landing_error(denoised, 0.2) < 0.5 * landing_error(plain, 0.2)
+    assert mode_error(denoised) < 1.2 * mode_error(plain)
