@@ -213,9 +213,11 @@ def test_pusht_policy_presets_set_their_chunk_and_execution_horizon():
     assert n_act("policy=energy", "task=pusht") == 2  # pusht_energy.yaml: energy score, 6-action chunks
     energy = policy_cfg("policy=energy", "task=pusht")
     assert (energy.horizon, energy.spread_weight, energy.n_candidates, energy.backbone) == (6, 0.5, 4, "resmlp")
+    assert energy.denoise_weight == 1.0
     assert n_act("policy=diffusion", "task=pusht_image") == 2  # pusht_image_diffusion.yaml includes it
     image_energy = policy_cfg("policy=energy", "task=pusht_image")  # pusht_image_energy.yaml includes pusht_energy
     assert (image_energy.horizon, image_energy.backbone, image_energy.encoder_channels) == (6, "resmlp", [16, 32, 64])
+    assert image_energy.denoise_weight == 0.0  # measured without the state preset's denoising term
     assert image_energy.image_crop == [84, 84] and policy_cfg("policy=diffusion", "task=pusht_image").image_crop is None
     # the DSRL-shaped preset: a 4-action chunk executed whole from the last observation (no task specialization)
     mlp = policy_cfg("policy=diffusion_mlp", "task=pusht")
