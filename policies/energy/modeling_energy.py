@@ -347,7 +347,8 @@ class EnergyPolicy(ChunkPolicyBase):
 
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor, init: torch.Tensor | None = None) -> torch.Tensor:
         """Demos (``init`` None): ``n_hypotheses`` random guesses per demo, ``objective`` over them.
-        (guess, chunk) pairs (``init`` (B, H, A)): the descent from each guess regresses onto its chunk."""
+        (guess, chunk) pairs (``init`` (B, H, A)): the descent from each guess regresses onto its chunk.
+        Either way plus ``denoise_weight`` times ``_denoise_loss`` and the InfoNCE term when they are on."""
         cfg = self.config
         if init is None:
             m = cfg.n_hypotheses
