@@ -25,8 +25,7 @@ import torch
 
 from robo.foundation import (DaggerConfig, FoundationRunConfig, Manifest, evaluate_all, load_teachers, run_teachers,
                              teacher_specs)
-from robo.foundation.dagger import distill_best
-from robo.foundation.pipeline import validator
+from robo.foundation.pipeline import distil
 from robo.foundation.teachers import teacher_summary
 from robo.foundation.trim import trim_record
 
@@ -62,6 +61,10 @@ def main() -> None:
     ap.add_argument("--validation-figure-eight", action="store_true",
                     help="validation flies the figure-eight too and ranks equal hover success by it")
     ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
+    ap.add_argument("--ensemble", type=int, default=1,
+                    help="students per row (DAgger seeds from --dagger-seed) refined into one from their mean")
+    ap.add_argument("--refine-quadrotors", type=int, default=DaggerConfig.refine_quadrotors,
+                    help="new quadrotors the refined student flies (with --ensemble > 1)")
     ap.add_argument("--dagger-seed", type=int, default=DaggerConfig.seed, help="DAgger's seed (restarts count from it)")
     ap.add_argument("--mlp", action=argparse.BooleanOptionalAction, default=True,
                     help="also distil the non-adaptive MLP student from all teachers")
@@ -93,6 +96,7 @@ def main() -> None:
         "ray": {"num_cpus": args.num_cpus, "address": args.address},
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
                    "validation_quadrotors": args.validation, "restarts": args.restarts, "seed": args.dagger_seed,
+                   "ensemble": args.ensemble, "refine_quadrotors": args.refine_quadrotors,
                    "validation_figure_eight": args.validation_figure_eight,
                    "variants_per_teacher": args.variants, "variant_scale": args.variant_scale,
                    "tasks": args.dagger_tasks,
@@ -123,12 +127,11 @@ def main() -> None:
         for hidden in args.gru_hidden:
             t = time.time()
             name = f"student GRU-{hidden}, {count} teachers"
-            policies[name], _ = distill_best("gru", teachers, quads, task, replace(cfg.dagger, gru_hidden=hidden),
-                                             validate=validator(cfg))
+            policies[name], _ = distil("gru", teachers, quads, task,
+                                       replace(cfg, dagger=replace(cfg.dagger, gru_hidden=hidden)))
             rows.append((f"  DAgger wall time, {name}", f"{time.time() - t:.0f} s"))
     if args.mlp:
-        policies[f"student MLP, {len(all_teachers)} teachers"], _ = distill_best("mlp", all_teachers, all_quads, task,
-                                                                                 cfg.dagger, validate=validator(cfg))
+        policies[f"student MLP, {len(all_teachers)} teachers"], _ = distil("mlp", all_teachers, all_quads, task, cfg)
     logging.info("rows so far: %s", rows)
     results = evaluate_all(cfg, policies)
     for name, m in results.items():

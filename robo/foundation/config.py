@@ -67,6 +67,10 @@ class DaggerConfig:
     (otherwise the lowest median hover error; ``robo.foundation.dagger.validation_score``).
     ``restarts`` > 1 distils that many students (seeds ``seed``, ``seed + 1``, ...)
     and keeps the one that validates best (needs validation quadrotors).
+    ``ensemble`` E > 1 distils E students (seeds ``seed`` ... ``seed + E - 1``) and then ``refine``s their
+    mean action into one fresh student (seed ``seed``) over ``refine_quadrotors`` new quadrotors from the
+    teachers' ranges, drawn with ``refine_seed``, one env each per entry of ``tasks``
+    (``robo.foundation.pipeline.distil``); E x the DAgger time, plus one more run.
     ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
     trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
@@ -105,6 +109,9 @@ class DaggerConfig:
     validation_seed: int = 200_000
     validation_figure_eight: bool = False
     restarts: int = 1
+    ensemble: int = 1
+    refine_quadrotors: int = 192
+    refine_seed: int = 300_000
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     variants_per_teacher: int = 1
     variant_scale: float = 0.1
@@ -160,7 +167,8 @@ class FoundationRunConfig:
             RandomizationConfig.from_dict(dict(self.eval.randomization))
         positive = {key: _get(self, key) for key in (
             "teachers", "teacher.total_steps", "teacher.eval_envs", "ray.num_cpus", "dagger.envs_per_teacher",
-            "dagger.gru_hidden", "dagger.restarts", "dagger.iterations", "dagger.steps_per_iteration", "dagger.bptt",
+            "dagger.gru_hidden", "dagger.restarts", "dagger.ensemble", "dagger.refine_quadrotors", "dagger.iterations",
+            "dagger.steps_per_iteration", "dagger.bptt",
             "dagger.batch_envs", "dagger.buffer_iterations", "dagger.variants_per_teacher", "eval.quadrotors",
             "eval.starts")}
         for key, v in positive.items():
@@ -199,6 +207,12 @@ class FoundationRunConfig:
         if self.dagger.restarts > 1 and not self.dagger.validation_quadrotors:
             raise ValueError("dagger.restarts > 1 needs dagger.validation_quadrotors > 0 to choose among the "
                              "students")
+        if self.dagger.ensemble > 1 and self.dagger.restarts > 1:
+            raise ValueError("dagger.ensemble > 1 and dagger.restarts > 1 together are not supported: choose one")
+        if self.dagger.ensemble > 1 and self.dagger.refine_seed in (
+                self.seed, self.eval.seed, self.dagger.validation_seed):
+            raise ValueError(f"dagger.refine_seed ({self.dagger.refine_seed}) must differ from seed, eval.seed and "
+                             f"dagger.validation_seed: the refined student flies new quadrotors")
         if self.dagger.validation_figure_eight and not self.dagger.validation_quadrotors:
             raise ValueError("dagger.validation_figure_eight needs dagger.validation_quadrotors > 0 to fly it on")
         if self.eval.success_radius <= 0:

@@ -7,6 +7,10 @@ sim, env ``b`` belongs to teacher ``b // k`` for the ``k`` envs per teacher of t
 observations its own envs visit. Envs are laid out teacher-major, so labelling is one vmapped call
 over ``obs.view(N, k, D)`` (all teachers share an architecture, ``robo.foundation.fleet``) instead of
 N separate forwards.
+
+``refine`` is a second DAgger whose labeller is the mean action of students already distilled (e.g.
+of several DAgger seeds, ``StudentLabeller``): it labels any quadrotor, so the new student flies many
+fresh quadrotors, one env each per DAgger task, instead of copies of the teachers'.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolic
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
 from robo.evaluate import make_fleet_task
 from robo.foundation.config import DaggerConfig, merged_task
-from robo.foundation.fleet import Labeller, TeacherEnsemble, feedforward_observations
+from robo.foundation.fleet import Labeller, StudentLabeller, TeacherEnsemble, feedforward_observations
 from robo.foundation.trim import trimmed_variants
 from sims.envs import OBS_DIM
 from sims.envs.task import BatchedQuadrotorTask
@@ -77,15 +81,17 @@ class Sequences:
 
 
 @torch.no_grad()
-def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsemble | Labeller, steps: int,
-            beta: float, generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
+def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsemble | Labeller | StudentLabeller,
+            steps: int, beta: float, generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
     """Fly the student (the teacher's action instead with probability ``beta`` per env and step)
-    for ``steps`` steps from fresh starts; envs that terminate restart at once. ``teachers`` label
-    (a ``Labeller`` carries each env's trim); with ``feedforward`` > 0 (s^2) they label a moving
-    reference as if led ``feedforward`` times its acceleration ahead (``feedforward_observations``)."""
-    labeller = teachers if isinstance(teachers, Labeller) else Labeller(teachers)
+    for ``steps`` steps from fresh starts; envs that terminate restart at once, and so do a recurrent
+    labeller's states. ``teachers`` label (a ``Labeller`` carries each env's trim; a ``StudentLabeller``
+    labels with students); with ``feedforward`` > 0 (s^2) they label a moving reference as if led
+    ``feedforward`` times its acceleration ahead (``feedforward_observations``)."""
+    labeller = Labeller(teachers) if isinstance(teachers, TeacherEnsemble) else teachers
     B = task.num_envs
     obs = task.reset()
+    labeller.reset()
     h = initial_hidden(model, B).detach().clone()
     starts = torch.ones(B, dtype=torch.bool)
     rec_obs, rec_labels, rec_starts = [], [], []
@@ -102,7 +108,11 @@ def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsem
         r = task.step(torch.where(use_teacher[:, None], label, action.clamp(-1.0, 1.0)))
         done = r.terminated | r.truncated
         crashes += int(r.terminated.sum())
-        obs = task.reset(done) if bool(done.any()) else r.obs
+        if bool(done.any()):
+            obs = task.reset(done)
+            labeller.reset(done)
+        else:
+            obs = r.obs
         starts = done
     err = task.state[:, :3] - task.reference()[0]
     stats = {"beta": beta, "crashes": crashes, "final_mean_error": float(err.norm(dim=-1).mean())}
@@ -154,8 +164,8 @@ def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task:
             for i, overrides in enumerate(cfg.tasks)]
 
 
-def collect_fleets(fleets: list[tuple[BatchedQuadrotorTask, Labeller]], model: nn.Module, steps: int, beta: float,
-                   generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
+def collect_fleets(fleets: list[tuple[BatchedQuadrotorTask, Labeller | StudentLabeller]], model: nn.Module, steps: int,
+                   beta: float, generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
     """``collect`` on every fleet; the sequences are joined along the env axis (T, sum B, ...)."""
     parts = [collect(sim, model, labeller, steps, beta, generator, feedforward) for sim, labeller in fleets]
     data = Sequences(*(torch.cat([getattr(d, f.name) for d, _ in parts], 1) for f in dataclasses.fields(Sequences)))
@@ -187,8 +197,28 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
     if len(teachers) != len(quads):
         raise ValueError(f"{len(teachers)} teachers for {len(quads)} quadrotors; give one teacher per quadrotor")
     model = make_student(kind, cfg)
-    ensemble = TeacherEnsemble(teachers)
-    fleets = dagger_fleets(ensemble, quads, task, cfg)
+    fleets = dagger_fleets(TeacherEnsemble(teachers), quads, task, cfg)
+    return _dagger(kind, model, fleets, cfg, cfg.label_feedforward, progress, validate)
+
+
+def refine(kind: str, students: list, quads: list[QuadrotorParams], task: dict | str, cfg: DaggerConfig,
+           progress=None, validate=None, feedforward: float = 0.0):
+    """DAgger of a fresh ``kind`` student from the mean action of ``students`` (robo policies, e.g. the
+    students of several DAgger seeds; ``StudentLabeller``) over ``quads``: any quadrotors, each flying one
+    env per entry of ``cfg.tasks``. Otherwise as ``distill`` (iterations, weight average, validation); the
+    students label with ``feedforward`` (s^2, as ``cfg.label_feedforward`` for teachers; default off: students
+    distilled with feedforward labels already lead moving references). Returns the policy and the
+    per-iteration history."""
+    if not quads:
+        raise ValueError("refine needs at least one quadrotor to fly")
+    labeller = StudentLabeller(students)
+    fleets = [(make_fleet_task(merged_task(task, overrides), quads, 1, cfg.seed + 1000 * i), labeller)
+              for i, overrides in enumerate(cfg.tasks)]
+    return _dagger(kind, make_student(kind, cfg), fleets, cfg, feedforward, progress, validate)
+
+
+def _dagger(kind: str, model: nn.Module, fleets: list, cfg: DaggerConfig, feedforward: float, progress, validate):
+    """The DAgger loop of ``distill`` and ``refine`` over ``fleets`` ((task, labeller) pairs)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     average = None if cfg.ema_decay is None else make_ema(model, max_decay=cfg.ema_decay)
     kept = model if average is None else average.module
@@ -201,7 +231,7 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
         beta = cfg.beta_start * cfg.beta_decay ** it
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, it)
-        data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen, cfg.label_feedforward)
+        data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen, feedforward)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()
         loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen, update) for _ in range(cfg.epochs)

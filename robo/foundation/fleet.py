@@ -4,7 +4,8 @@ Env ``b`` of a fleet of ``N`` groups of ``k`` envs belongs to group ``b // k``: 
 the teachers' quadrotors (or their variants), the held-out evaluation's the held-out quadrotors.
 ``TeacherEnsemble`` evaluates N same-architecture teachers in one ``vmap``; ``Labeller`` is that
 ensemble as a batched robo policy, each env labelled by its own teacher, optionally with a per-env
-shift of the position error it reads (a trim, see ``robo.rl.trim``).
+shift of the position error it reads (a trim, see ``robo.rl.trim``). ``StudentLabeller`` labels every
+env with the mean action of several students (recurrent ones keep their own hidden states).
 ``feedforward_observations`` lets teachers label a moving reference as if they fed its acceleration forward.
 """
 
@@ -69,7 +70,7 @@ class Labeller:
         if self.shift is not None and (self.shift.ndim != 2 or self.shift.shape[1] != 3):
             raise ValueError(f"shift has shape {tuple(self.shift.shape)}, expected (B, 3)")
 
-    def reset(self) -> None:  # the teachers are stateless MLPs
+    def reset(self, mask: torch.Tensor | None = None) -> None:  # the teachers are stateless MLPs
         pass
 
     @torch.no_grad()
@@ -85,6 +86,30 @@ class Labeller:
             x = x.clone()
             x[:, POSITION] += self.shift.to(x.dtype)
         return self.ensemble(x.reshape(n, x.shape[0] // n, -1)).reshape(x.shape[0], -1)
+
+
+class StudentLabeller:
+    """The mean action of ``students`` (robo policies reading the first ``obs_dim`` floats, e.g. GRU
+    students of several DAgger seeds), each keeping its own per-env hidden state: a labeller for any
+    quadrotor, not only the teachers'. ``act(obs (B, D)) -> (B, 4)``; ``reset(mask)`` restarts the
+    students' states where ``mask`` (B,) is true (all when None), as episodes restart."""
+
+    def __init__(self, students: list):
+        if not students:
+            raise ValueError("no students to label with")
+        self.students = list(students)
+        self.obs_dim = self.students[0].obs_dim
+        if any(s.obs_dim != self.obs_dim or s.action_dim != self.students[0].action_dim for s in self.students):
+            raise ValueError("the students read or write different sizes; label with one kind of student")
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        for s in self.students:
+            s.reset(mask)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs[:, :self.obs_dim]
+        return sum(s.act(x) for s in self.students) / len(self.students)
 
 
 def feedforward_observations(obs: torch.Tensor, task: BatchedQuadrotorTask, gain: float) -> torch.Tensor:

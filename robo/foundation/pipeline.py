@@ -11,6 +11,7 @@ Run folder::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 from policies.foundation import load_raptor
 from policies.mlp import MLPPolicy
 from robo.foundation.config import FoundationRunConfig
-from robo.foundation.dagger import STUDENTS, as_policy, distill_best, make_student
+from robo.foundation.dagger import STUDENTS, as_policy, distill, distill_best, make_student, refine
 from robo.foundation.evaluate import evaluate_policy, figure_eight_metrics, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
@@ -61,6 +62,27 @@ def validator(cfg: FoundationRunConfig):
     return lambda policy: {k: v for test in tests for k, v in test(policy, quads, cfg.eval).items()}
 
 
+def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
+           cfg: FoundationRunConfig, progress=None):
+    """The ``kind`` student of ``teachers`` (``teachers[i]`` flies ``quads[i]``): ``distill_best``, or with
+    ``dagger.ensemble`` E > 1, E students (DAgger seeds ``seed`` ... ``seed + E - 1``) whose mean action
+    ``refine`` distils into one over ``dagger.refine_quadrotors`` new quadrotors (drawn with
+    ``dagger.refine_seed`` from the teachers' ranges). Validation as configured for every DAgger run.
+    Returns the policy and the history; with an ensemble its rows name their ``member`` (the refined
+    student's: ``"refined"``)."""
+    d, validate = cfg.dagger, validator(cfg)
+    if d.ensemble == 1:
+        return distill_best(kind, teachers, quads, task, d, validate=validate, progress=progress)
+    members, history = [], []
+    for i in range(d.ensemble):
+        policy, rows = distill(kind, teachers, quads, task, dataclasses.replace(d, seed=d.seed + i), progress, validate)
+        members.append(policy)
+        history += [{**row, "member": i} for row in rows]
+    fresh = sample_quadrotors(cfg.randomization, d.refine_quadrotors, d.refine_seed)
+    policy, rows = refine(kind, members, fresh, task, d, progress, validate)
+    return policy, history + [{**row, "member": "refined"} for row in rows]
+
+
 def held_out_quadrotors(cfg: FoundationRunConfig) -> list[QuadrotorParams]:
     """The fixed evaluation set: ``eval.quadrotors`` drawn with ``eval.seed`` from ``eval.randomization``
     (default: the teachers' ranges, so the whole mass range)."""
@@ -89,7 +111,7 @@ def run_pipeline(cfg: FoundationRunConfig, run_dir: Path, train_fn: Callable[[di
     students, timings = {}, {}
     for kind in STUDENTS:
         t = time.time()
-        policy, history = distill_best(kind, teachers, quads, task, cfg.dagger, validate=validator(cfg))
+        policy, history = distil(kind, teachers, quads, task, cfg)
         timings[f"dagger_{kind}_s"] = time.time() - t
         policy.save(run_dir / "students" / kind)
         write_json(run_dir / f"dagger_{kind}.json", history)

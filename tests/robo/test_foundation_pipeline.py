@@ -55,6 +55,10 @@ def ray_local():
     ({"dagger": {"gru_hidden": 0}}, "dagger.gru_hidden"),
     ({"dagger": {"validation_quadrotors": 4, "validation_seed": 100_000}}, "validation_seed"),
     ({"dagger": {"restarts": 2}}, "restarts > 1 needs"),
+    ({"dagger": {"ensemble": 0}}, "dagger.ensemble"),
+    ({"dagger": {"ensemble": 2, "refine_quadrotors": 0}}, "dagger.refine_quadrotors"),
+    ({"dagger": {"ensemble": 2, "restarts": 2, "validation_quadrotors": 4}}, "choose one"),
+    ({"dagger": {"ensemble": 2, "refine_seed": 100_000}}, "refine_seed"),
     ({"dagger": {"validation_figure_eight": True}}, "validation_figure_eight needs"),
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
     ({"dagger": {"beta_decay": 1.5}}, "beta"),
@@ -343,6 +347,110 @@ def test_restarts_keep_the_student_that_validates_best():
     assert len(calls) == 6 and {h["restart"] for h in history} == {1}
     with pytest.raises(ValueError, match="needs validation"):
         distill_best("mlp", teachers, quads, "hover", cfg)
+
+
+def _students(n: int) -> list:
+    return [as_policy(make_student("gru", DaggerConfig(seed=i))) for i in range(n)]
+
+
+def test_student_labeller_averages_students_each_with_its_own_state():
+    """``StudentLabeller``: the mean of the students' actions, each student carrying its own hidden state
+    (as if it flew alone), reading the first 22 floats; ``reset(mask)`` restarts only the masked envs."""
+    from robo.foundation.fleet import StudentLabeller
+
+    students, alone = _students(2), _students(2)
+    labeller = StudentLabeller(students)
+    obs = torch.randn(5, 3, 30)  # (T, B, D): 8 floats past the students' 22, as a task's privileged ones
+
+    def mean(policies, x):
+        return (policies[0].act(x[:, :22]) + policies[1].act(x[:, :22])) / 2
+
+    for t in range(4):
+        torch.testing.assert_close(labeller.act(obs[t]), mean(alone, obs[t]))
+    labeller.reset(torch.tensor([True, False, False]))
+    fresh, a = _students(2), labeller.act(obs[4])
+    torch.testing.assert_close(a[:1], mean(fresh, obs[4, :1]))  # env 0 restarted
+    torch.testing.assert_close(a[1:], mean(alone, obs[4])[1:])  # envs 1 and 2 carry on
+    assert not torch.allclose(a[1:], mean(fresh, obs[4, 1:]))  # ... and their states matter
+    with pytest.raises(ValueError, match="no students"):
+        StudentLabeller([])
+
+
+def test_collect_restarts_the_labeller_where_episodes_restart():
+    """A recurrent labeller's states restart with the episodes: ``collect`` resets it at the start and
+    then exactly where the envs restarted (the next step's ``starts``)."""
+
+    class Recording:
+        def __init__(self):
+            self.resets = []
+
+        def reset(self, mask=None):
+            self.resets.append(None if mask is None else mask.clone())
+
+        def act(self, obs):
+            return torch.full((obs.shape[0], 4), -1.0)  # motors off: every env falls and restarts
+
+    quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 2, seed=0)
+    labeller = Recording()
+    data, stats = collect(make_fleet_task("hover", quads, 2, seed=0), make_student("gru", DaggerConfig()), labeller,
+                          150, 1.0, torch.Generator().manual_seed(0))
+    restarts = [data.starts[t] for t in range(1, 150) if bool(data.starts[t].any())]
+    assert stats["crashes"] > 0 and restarts
+    assert labeller.resets[0] is None and len(labeller.resets) == 1 + len(restarts)
+    for mask, starts in zip(labeller.resets[1:], restarts):
+        assert torch.equal(mask, starts)
+
+
+def _imitation_error(model, data) -> float:
+    """Mean squared difference between ``model``'s actions along ``data``'s sequences and their labels."""
+    from robo.foundation.dagger import initial_hidden, student_step
+
+    h, err = initial_hidden(model, data.obs.shape[1]), 0.0
+    with torch.no_grad():
+        for t in range(data.obs.shape[0]):
+            h = torch.where(data.starts[t, :, None], initial_hidden(model, data.obs.shape[1]), h)
+            a, h = student_step(model, data.obs[t], h)
+            err += float(((a - data.labels[t]) ** 2).mean())
+    return err / data.obs.shape[0]
+
+
+def test_refine_distils_the_students_mean_into_one_student_on_new_quadrotors():
+    """``refine``: DAgger from the mean of students (here two copies of RAPTOR's released policy, so the
+    labels are RAPTOR's) on quadrotors no teacher flew; the new student copies them far better than an
+    untrained one on flights of its own."""
+    from policies.foundation import load_raptor
+    from robo.foundation.dagger import refine
+    from robo.foundation.fleet import StudentLabeller
+
+    quads = sample_quadrotors({"base": "crazyflie", **SMALL_QUADS}, 4, seed=3)
+    cfg = DaggerConfig(iterations=6, steps_per_iteration=100, epochs=4, bptt=25, batch_envs=4, learning_rate=1e-2,
+                       ema_decay=None)
+    policy, history = refine("gru", [load_raptor(), load_raptor()], quads, "hover", cfg)
+    assert len(history) == 6 and policy.model.config.hidden_dim == 16
+    data, _ = collect(make_fleet_task("hover", quads, 2, seed=9), policy.model, StudentLabeller([load_raptor()]), 150,
+                      0.0, torch.Generator().manual_seed(0))
+    trained, untrained = _imitation_error(policy.model, data), _imitation_error(make_student("gru", cfg), data)
+    assert trained < 0.3 * untrained
+    with pytest.raises(ValueError, match="at least one quadrotor"):
+        refine("gru", [load_raptor()], [], "hover", cfg)
+
+
+def test_an_ensemble_distils_its_members_then_refines_them_into_one():
+    """``dagger.ensemble`` E > 1: ``pipeline.distil`` trains E students on the teachers (DAgger seeds
+    seed ... seed + E - 1), then refines their mean on ``refine_quadrotors`` new quadrotors."""
+    from robo.foundation import distill
+    from robo.foundation.pipeline import distil
+
+    cfg = FoundationRunConfig.from_dict({
+        "randomization": {"base": "crazyflie", **SMALL_QUADS},
+        "dagger": {"iterations": 2, "steps_per_iteration": 20, "envs_per_teacher": 2, "epochs": 1, "bptt": 10,
+                   "batch_envs": 4, "ensemble": 2, "refine_quadrotors": 3, "seed": 4}})
+    teachers, quads = _teachers(2), sample_quadrotors(cfg.randomization, 2, seed=2)
+    policy, history = distil("gru", teachers, quads, "hover", cfg)
+    assert [h["member"] for h in history] == [0, 0, 1, 1, "refined", "refined"]
+    _, second = distill("gru", teachers, quads, "hover", dataclasses.replace(cfg.dagger, seed=5))
+    assert [h["loss"] for h in history[2:4]] == [h["loss"] for h in second]  # member 1 is DAgger seed 5
+    assert policy.act(torch.randn(3, 22)).shape == (3, 4)
 
 
 # Ray teachers: manifest, retry, resume ------------------------------------------------------------
