@@ -70,7 +70,8 @@ class DaggerConfig:
     ``ensemble`` E > 1 distils E students (seeds ``seed`` ... ``seed + E - 1``) and then ``refine``s their
     mean action into one fresh student (seed ``seed``) over ``refine_quadrotors`` new quadrotors from the
     teachers' ranges, drawn with ``refine_seed``, one env each per entry of ``tasks``
-    (``robo.foundation.pipeline.distil``); E x the DAgger time, plus one more run.
+    (``robo.foundation.pipeline.distil``); E x the DAgger time, plus one more run. ``refine_feedforward``
+    (s^2, 0: off) is ``label_feedforward`` for the students' labels in that run.
     ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
     trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
@@ -112,6 +113,7 @@ class DaggerConfig:
     ensemble: int = 1
     refine_quadrotors: int = 192
     refine_seed: int = 300_000
+    refine_feedforward: float = 0.0
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     variants_per_teacher: int = 1
     variant_scale: float = 0.1
@@ -191,9 +193,9 @@ class FoundationRunConfig:
             raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
         if self.dagger.ema_decay is not None and not 0.0 <= self.dagger.ema_decay < 1.0:
             raise ValueError(f"dagger.ema_decay must lie in [0, 1) or be null, got {self.dagger.ema_decay}")
-        if not 0.0 <= self.dagger.label_feedforward < float("inf"):
-            raise ValueError(f"dagger.label_feedforward must be finite and >= 0 (s^2), got "
-                             f"{self.dagger.label_feedforward}")
+        for key in ("label_feedforward", "refine_feedforward"):
+            if not 0.0 <= getattr(self.dagger, key) < float("inf"):
+                raise ValueError(f"dagger.{key} must be finite and >= 0 (s^2), got {getattr(self.dagger, key)}")
         if not self.dagger.learning_rate > 0:
             raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
         if self.dagger.final_learning_rate is not None and not self.dagger.final_learning_rate > 0:

@@ -67,7 +67,8 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
     """The ``kind`` student of ``teachers`` (``teachers[i]`` flies ``quads[i]``): ``distill_best``, or with
     ``dagger.ensemble`` E > 1, E students (DAgger seeds ``seed`` ... ``seed + E - 1``) whose mean action
     ``refine`` distils into one over ``dagger.refine_quadrotors`` new quadrotors (drawn with
-    ``dagger.refine_seed`` from the teachers' ranges). Validation as configured for every DAgger run.
+    ``dagger.refine_seed`` from the teachers' ranges; the students label with ``dagger.refine_feedforward``).
+    Validation as configured for every DAgger run.
     Returns the policy and the history; with an ensemble its rows name their ``member`` (the refined
     student's: ``"refined"``)."""
     d, validate = cfg.dagger, validator(cfg)
@@ -79,7 +80,7 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
         members.append(policy)
         history += [{**row, "member": i} for row in rows]
     fresh = sample_quadrotors(cfg.randomization, d.refine_quadrotors, d.refine_seed)
-    policy, rows = refine(kind, members, fresh, task, d, progress, validate)
+    policy, rows = refine(kind, members, fresh, task, d, progress, validate, d.refine_feedforward)
     return policy, history + [{**row, "member": "refined"} for row in rows]
 
 

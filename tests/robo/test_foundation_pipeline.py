@@ -71,6 +71,7 @@ def ray_local():
     ({"dagger": {"variant_scale": 1.0}}, "variant_scale"),
     ({"dagger": {"ema_decay": 1.0}}, "ema_decay"),
     ({"dagger": {"label_feedforward": -0.1}}, "label_feedforward"),
+    ({"dagger": {"refine_feedforward": float("nan")}}, "refine_feedforward"),
     ({"teacher": {"total_stepz": 5}}, r"teacher\.total_stepz"),
     ({"randomization": {"mass": [3.0, 0.02]}}, "low > high"),
     ({"bogus": 1}, "bogus"),
