@@ -170,9 +170,8 @@ class FoundationRunConfig:
         positive = {key: _get(self, key) for key in (
             "teachers", "teacher.total_steps", "teacher.eval_envs", "ray.num_cpus", "dagger.envs_per_teacher",
             "dagger.gru_hidden", "dagger.restarts", "dagger.ensemble", "dagger.refine_quadrotors", "dagger.iterations",
-            "dagger.steps_per_iteration", "dagger.bptt",
-            "dagger.batch_envs", "dagger.buffer_iterations", "dagger.variants_per_teacher", "eval.quadrotors",
-            "eval.starts")}
+            "dagger.steps_per_iteration", "dagger.bptt", "dagger.batch_envs", "dagger.buffer_iterations",
+            "dagger.variants_per_teacher", "eval.quadrotors", "eval.starts")}
         for key, v in positive.items():
             if not (isinstance(v, int) and v >= 1):
                 raise ValueError(f"{key} must be a positive integer, got {v!r}")

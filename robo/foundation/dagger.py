@@ -160,7 +160,14 @@ def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task:
     else:
         flyers, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
         labeller = Labeller(ensemble, np.repeat(shift, k // v, axis=0))
-    return [(make_fleet_task(merged_task(task, overrides), flyers, k // v, cfg.seed + 1000 * i), labeller)
+    return task_fleets(task, flyers, k // v, labeller, cfg)
+
+
+def task_fleets(task: dict | str, flyers: list[QuadrotorParams], envs_per_flyer: int, labeller,
+                cfg: DaggerConfig) -> list[tuple[BatchedQuadrotorTask, Labeller | StudentLabeller]]:
+    """One batched sim per entry of ``cfg.tasks`` (``task`` with those overrides, seeded ``cfg.seed + 1000 i``),
+    ``envs_per_flyer`` envs per quadrotor of ``flyers`` (group-major), each paired with ``labeller``."""
+    return [(make_fleet_task(merged_task(task, overrides), flyers, envs_per_flyer, cfg.seed + 1000 * i), labeller)
             for i, overrides in enumerate(cfg.tasks)]
 
 
@@ -211,9 +218,7 @@ def refine(kind: str, students: list, quads: list[QuadrotorParams], task: dict |
     per-iteration history."""
     if not quads:
         raise ValueError("refine needs at least one quadrotor to fly")
-    labeller = StudentLabeller(students)
-    fleets = [(make_fleet_task(merged_task(task, overrides), quads, 1, cfg.seed + 1000 * i), labeller)
-              for i, overrides in enumerate(cfg.tasks)]
+    fleets = task_fleets(task, quads, 1, StudentLabeller(students), cfg)
     return _dagger(kind, make_student(kind, cfg), fleets, cfg, feedforward, progress, validate)
 
 
