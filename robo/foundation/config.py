@@ -66,11 +66,13 @@ class DaggerConfig:
     that hover equally well the one with the fewest figure-eight crashes, then the lowest RMSE, is kept
     (otherwise the lowest median hover error; ``robo.foundation.dagger.validation_score``).
     ``restarts`` > 1 distils that many students (seeds ``seed``, ``seed + 1``, ...)
-    and keeps the one that validates best (needs validation quadrotors).
+    and keeps the one that validates best (needs validation quadrotors); with ``ensemble`` > 1 the
+    restarts are of the refinement (each of the E students is distilled once).
     ``ensemble`` E > 1 distils E students (seeds ``seed`` ... ``seed + E - 1``) and then ``refine``s their
-    mean action into one fresh student (seed ``seed``) over ``refine_quadrotors`` new quadrotors from the
-    teachers' ranges, drawn with ``refine_seed``, one env each per entry of ``tasks``
-    (``robo.foundation.pipeline.distil``); E x the DAgger time, plus one more run. ``refine_feedforward``
+    mean action into one fresh student (seed ``seed``; with restarts, seeds ``seed`` ... ``seed + restarts
+    - 1``) over ``refine_quadrotors`` new quadrotors from the teachers' ranges, drawn with ``refine_seed``,
+    one env each per entry of ``tasks`` (``robo.foundation.pipeline.distil``); E + restarts x the DAgger
+    time. ``refine_feedforward``
     (s^2, 0: off) is ``label_feedforward`` for the students' labels in that run.
     ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
@@ -208,8 +210,6 @@ class FoundationRunConfig:
         if self.dagger.restarts > 1 and not self.dagger.validation_quadrotors:
             raise ValueError("dagger.restarts > 1 needs dagger.validation_quadrotors > 0 to choose among the "
                              "students")
-        if self.dagger.ensemble > 1 and self.dagger.restarts > 1:
-            raise ValueError("dagger.ensemble > 1 and dagger.restarts > 1 together are not supported: choose one")
         if self.dagger.ensemble > 1 and self.dagger.refine_seed in (
                 self.seed, self.eval.seed, self.dagger.validation_seed):
             raise ValueError(f"dagger.refine_seed ({self.dagger.refine_seed}) must differ from seed, eval.seed and "

@@ -277,20 +277,26 @@ def validation_key(history: list[dict]) -> tuple[float, ...]:
     return validation_score({k[len(prefix):]: x for k, x in h.items() if k.startswith(prefix)})
 
 
-def distill_best(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
-                 cfg: DaggerConfig, validate=None, progress=None):
-    """``distill`` ``cfg.restarts`` times (seeds ``cfg.seed``, ``cfg.seed + 1``, ...) and keep the student
-    that validates best: a recurrent student's quality depends much on DAgger's seed. Returns the
-    policy and its history (each row names its ``restart``); one restart needs no ``validate``."""
+def best_of_restarts(run, cfg: DaggerConfig, validate=None):
+    """``run(cfg_r)`` (a DAgger run returning the policy and its history) ``cfg.restarts`` times with
+    seeds ``cfg.seed``, ``cfg.seed + 1``, ..., keeping the run that validates best (the first among
+    equals). Returns the policy and its history (each row names its ``restart``); one restart needs no
+    ``validate``."""
     if cfg.restarts > 1 and validate is None:
         raise ValueError(f"dagger.restarts={cfg.restarts} needs validation quadrotors to choose among them "
                          f"(dagger.validation_quadrotors > 0)")
     runs = []
     for r in range(cfg.restarts):
-        policy, history = distill(kind, teachers, quads, task, dataclasses.replace(cfg, seed=cfg.seed + r),
-                                  progress, validate)
+        policy, history = run(dataclasses.replace(cfg, seed=cfg.seed + r))
         runs.append((validation_key(history) if validate else (0.0, 0.0), r, policy,
                      [{**h, "restart": r} for h in history]))
-        log.info("dagger %s restart %d: validation %s", kind, r, runs[-1][0])
+        log.info("dagger restart %d: validation %s", r, runs[-1][0])
     _, r, policy, history = max(runs, key=lambda x: (x[0], -x[1]))
     return policy, history
+
+
+def distill_best(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
+                 cfg: DaggerConfig, validate=None, progress=None):
+    """``distill`` ``cfg.restarts`` times (seeds ``cfg.seed``, ``cfg.seed + 1``, ...) and keep the student
+    that validates best (``best_of_restarts``): a recurrent student's quality depends much on DAgger's seed."""
+    return best_of_restarts(lambda c: distill(kind, teachers, quads, task, c, progress, validate), cfg, validate)

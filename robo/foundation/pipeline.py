@@ -22,7 +22,7 @@ import numpy as np
 from policies.foundation import load_raptor
 from policies.mlp import MLPPolicy
 from robo.foundation.config import FoundationRunConfig
-from robo.foundation.dagger import STUDENTS, as_policy, distill, distill_best, make_student, refine
+from robo.foundation.dagger import STUDENTS, as_policy, best_of_restarts, distill, distill_best, make_student, refine
 from robo.foundation.evaluate import evaluate_policy, figure_eight_metrics, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
@@ -67,7 +67,8 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
     """The ``kind`` student of ``teachers`` (``teachers[i]`` flies ``quads[i]``): ``distill_best``, or with
     ``dagger.ensemble`` E > 1, E students (DAgger seeds ``seed`` ... ``seed + E - 1``) whose mean action
     ``refine`` distils into one over ``dagger.refine_quadrotors`` new quadrotors (drawn with
-    ``dagger.refine_seed`` from the teachers' ranges; the students label with ``dagger.refine_feedforward``).
+    ``dagger.refine_seed`` from the teachers' ranges; the students label with ``dagger.refine_feedforward``),
+    ``dagger.restarts`` times (refine seeds ``seed``, ``seed + 1``, ...), the best validated refinement kept.
     Validation as configured for every DAgger run.
     Returns the policy and the history; with an ensemble its rows name their ``member`` (the refined
     student's: ``"refined"``)."""
@@ -80,7 +81,8 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
         members.append(policy)
         history += [{**row, "member": i} for row in rows]
     fresh = sample_quadrotors(cfg.randomization, d.refine_quadrotors, d.refine_seed)
-    policy, rows = refine(kind, members, fresh, task, d, progress, validate, d.refine_feedforward)
+    policy, rows = best_of_restarts(
+        lambda c: refine(kind, members, fresh, task, c, progress, validate, d.refine_feedforward), d, validate)
     return policy, history + [{**row, "member": "refined"} for row in rows]
 
 

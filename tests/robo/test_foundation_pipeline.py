@@ -57,7 +57,6 @@ def ray_local():
     ({"dagger": {"restarts": 2}}, "restarts > 1 needs"),
     ({"dagger": {"ensemble": 0}}, "dagger.ensemble"),
     ({"dagger": {"ensemble": 2, "refine_quadrotors": 0}}, "dagger.refine_quadrotors"),
-    ({"dagger": {"ensemble": 2, "restarts": 2, "validation_quadrotors": 4}}, "choose one"),
     ({"dagger": {"ensemble": 2, "refine_seed": 100_000}}, "refine_seed"),
     ({"dagger": {"validation_figure_eight": True}}, "validation_figure_eight needs"),
     ({"dagger": {"bptt": 0}}, "dagger.bptt"),
@@ -451,6 +450,33 @@ def test_an_ensemble_distils_its_members_then_refines_them_into_one():
     assert [h["member"] for h in history] == [0, 0, 1, 1, "refined", "refined"]
     _, second = distill("gru", teachers, quads, "hover", dataclasses.replace(cfg.dagger, seed=5))
     assert [h["loss"] for h in history[2:4]] == [h["loss"] for h in second]  # member 1 is DAgger seed 5
+    assert policy.act(torch.randn(3, 22)).shape == (3, 4)
+
+
+def test_restarts_of_an_ensemble_repeat_the_refinement_and_keep_the_best_validated(monkeypatch):
+    """``dagger.restarts`` R with ``ensemble`` E: the E students are distilled once each, the refinement
+    R times (seeds seed ... seed + R - 1), and the refinement that validates best is returned."""
+    from robo.foundation import pipeline
+
+    calls = []
+
+    def validate(policy):  # members: calls 1-4; refinement 0: 5-6; refinement 1: 7-8, whose call 7 validates best
+        calls.append(1)
+        return {"hover_success_rate": 0.9 if len(calls) == 7 else 0.1, "hover_median_error_m": 0.1}
+
+    monkeypatch.setattr(pipeline, "validator", lambda cfg: validate)
+    cfg = FoundationRunConfig.from_dict({
+        "randomization": {"base": "crazyflie", **SMALL_QUADS},
+        "dagger": {"iterations": 2, "steps_per_iteration": 20, "envs_per_teacher": 2, "epochs": 1, "bptt": 10,
+                   "batch_envs": 4, "ensemble": 2, "refine_quadrotors": 3, "seed": 4, "restarts": 2,
+                   "validation_quadrotors": 2}})
+    policy, history = pipeline.distil("gru", _teachers(2), sample_quadrotors(cfg.randomization, 2, seed=2), "hover",
+                                      cfg)
+    assert len(calls) == 8
+    members, refined = history[:4], history[4:]
+    assert [(h["member"], "restart" in h) for h in members] == [(0, False), (0, False), (1, False), (1, False)]
+    assert [(h["member"], h["restart"]) for h in refined] == [("refined", 1), ("refined", 1)]
+    assert [h["selected"] for h in refined] == [True, False]
     assert policy.act(torch.randn(3, 22)).shape == (3, 4)
 
 
