@@ -60,7 +60,8 @@ def main() -> None:
                     help="keep each student's best DAgger iteration on N validation quadrotors (0: the last)")
     ap.add_argument("--validation-figure-eight", action="store_true",
                     help="validation flies the figure-eight too and ranks equal hover success by it")
-    ap.add_argument("--restarts", type=int, default=1, help="students per row, the best validated kept")
+    ap.add_argument("--restarts", type=int, default=1,
+                    help="students per row, the best validated kept (with --ensemble > 1: refinements)")
     ap.add_argument("--ensemble", type=int, default=1,
                     help="students per row (DAgger seeds from --dagger-seed) refined into one from their mean")
     ap.add_argument("--refine-quadrotors", type=int, default=DaggerConfig.refine_quadrotors,
