@@ -209,16 +209,19 @@ def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], 
 
 
 def refine(kind: str, students: list, quads: list[QuadrotorParams], task: dict | str, cfg: DaggerConfig,
-           progress=None, validate=None, feedforward: float = 0.0):
+           progress=None, validate=None, feedforward: float = 0.0, shift: np.ndarray | None = None):
     """DAgger of a fresh ``kind`` student from the mean action of ``students`` (robo policies, e.g. the
     students of several DAgger seeds; ``StudentLabeller``) over ``quads``: any quadrotors, each flying one
     env per entry of ``cfg.tasks``. Otherwise as ``distill`` (iterations, weight average, validation); the
     students label with ``feedforward`` (s^2, as ``cfg.label_feedforward`` for teachers; default off: students
-    distilled with feedforward labels already lead moving references). Returns the policy and the
+    distilled with feedforward labels already lead moving references) and, with ``shift`` (N, 3) m, trimmed
+    on each quadrotor (``robo.foundation.trim.trimmed_students``). Returns the policy and the
     per-iteration history."""
     if not quads:
         raise ValueError("refine needs at least one quadrotor to fly")
-    fleets = task_fleets(task, quads, 1, StudentLabeller(students), cfg)
+    if shift is not None and np.shape(shift) != (len(quads), 3):
+        raise ValueError(f"shift has shape {np.shape(shift)}, expected ({len(quads)}, 3): one per quadrotor")
+    fleets = task_fleets(task, quads, 1, StudentLabeller(students, shift), cfg)
     return _dagger(kind, make_student(kind, cfg), fleets, cfg, feedforward, progress, validate)
 
 

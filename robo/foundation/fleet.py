@@ -66,9 +66,7 @@ class Labeller:
 
     def __init__(self, ensemble: TeacherEnsemble, shift: np.ndarray | torch.Tensor | None = None):
         self.ensemble = ensemble
-        self.shift = None if shift is None else torch.as_tensor(np.asarray(shift), dtype=torch.float32)
-        if self.shift is not None and (self.shift.ndim != 2 or self.shift.shape[1] != 3):
-            raise ValueError(f"shift has shape {tuple(self.shift.shape)}, expected (B, 3)")
+        self.shift = as_shift(shift)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:  # the teachers are stateless MLPs
         pass
@@ -79,12 +77,7 @@ class Labeller:
         if obs.ndim != 2 or obs.shape[0] % n:
             raise ValueError(f"observations have shape {tuple(obs.shape)}: need (B, D) with B a multiple of the "
                              f"{n} teachers")
-        x = obs[:, :self.ensemble.obs_dim]
-        if self.shift is not None:
-            if self.shift.shape[0] != x.shape[0]:
-                raise ValueError(f"shift is for {self.shift.shape[0]} envs, observations for {x.shape[0]}")
-            x = x.clone()
-            x[:, POSITION] += self.shift.to(x.dtype)
+        x = shifted_observations(obs[:, :self.ensemble.obs_dim], self.shift)
         return self.ensemble(x.reshape(n, x.shape[0] // n, -1)).reshape(x.shape[0], -1)
 
 
@@ -92,12 +85,14 @@ class StudentLabeller:
     """The mean action of ``students`` (robo policies reading the first ``obs_dim`` floats, e.g. GRU
     students of several DAgger seeds), each keeping its own per-env hidden state: a labeller for any
     quadrotor, not only the teachers'. ``act(obs (B, D)) -> (B, 4)``; ``reset(mask)`` restarts the
-    students' states where ``mask`` (B,) is true (all when None), as episodes restart."""
+    students' states where ``mask`` (B,) is true (all when None), as episodes restart. With ``shift``
+    (B, 3) m, env ``b``'s students read their position error as ``p - p_ref + shift[b]`` (a trim)."""
 
-    def __init__(self, students: list):
+    def __init__(self, students: list, shift: np.ndarray | torch.Tensor | None = None):
         if not students:
             raise ValueError("no students to label with")
         self.students = list(students)
+        self.shift = as_shift(shift)
         self.obs_dim = self.students[0].obs_dim
         if any(s.obs_dim != self.obs_dim or s.action_dim != self.students[0].action_dim for s in self.students):
             raise ValueError("the students read or write different sizes; label with one kind of student")
@@ -108,8 +103,29 @@ class StudentLabeller:
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs[:, :self.obs_dim]
+        x = shifted_observations(obs[:, :self.obs_dim], self.shift)
         return sum(s.act(x) for s in self.students) / len(self.students)
+
+
+def as_shift(shift: np.ndarray | torch.Tensor | None) -> torch.Tensor | None:
+    """A labeller's per-env position shift as a (B, 3) float32 tensor (None stays None)."""
+    if shift is None:
+        return None
+    out = torch.as_tensor(np.asarray(shift), dtype=torch.float32)
+    if out.ndim != 2 or out.shape[1] != 3:
+        raise ValueError(f"shift has shape {tuple(out.shape)}, expected (B, 3)")
+    return out
+
+
+def shifted_observations(x: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+    """``x`` (B, D) with ``shift`` (B, 3) m added to its position error (a copy; ``x`` itself when None)."""
+    if shift is None:
+        return x
+    if shift.shape[0] != x.shape[0]:
+        raise ValueError(f"shift is for {shift.shape[0]} envs, observations for {x.shape[0]}")
+    x = x.clone()
+    x[:, POSITION] += shift.to(x.dtype)
+    return x
 
 
 def feedforward_observations(obs: torch.Tensor, task: BatchedQuadrotorTask, gain: float) -> torch.Tensor:

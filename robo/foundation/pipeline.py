@@ -26,7 +26,7 @@ from robo.foundation.dagger import STUDENTS, as_policy, best_of_restarts, distil
 from robo.foundation.evaluate import evaluate_policy, figure_eight_metrics, hover_metrics
 from robo.foundation.teachers import (Manifest, run_teachers, sample_quadrotors, teacher_specs, teacher_summary,
                                       train_teacher)
-from robo.foundation.trim import load_trimmed
+from robo.foundation.trim import load_trimmed, trimmed_students
 from robo.run_dir import atomic_write_text, write_json
 from sims.envs import make_robot
 from sims.quadrotor.params import QuadrotorParams
@@ -67,7 +67,8 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
     """The ``kind`` student of ``teachers`` (``teachers[i]`` flies ``quads[i]``): ``distill_best``, or with
     ``dagger.ensemble`` E > 1, E students (DAgger seeds ``seed`` ... ``seed + E - 1``) whose mean action
     ``refine`` distils into one over ``dagger.refine_quadrotors`` new quadrotors (drawn with
-    ``dagger.refine_seed`` from the teachers' ranges; the students label with ``dagger.refine_feedforward``),
+    ``dagger.refine_seed`` from the teachers' ranges; the students label with ``dagger.refine_feedforward``,
+    with ``dagger.refine_trim`` trimmed on each of them once),
     ``dagger.restarts`` times (refine seeds ``seed``, ``seed + 1``, ...), the best validated refinement kept.
     Validation as configured for every DAgger run.
     Returns the policy and the history; with an ensemble its rows name their ``member`` (the refined
@@ -81,8 +82,9 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
         members.append(policy)
         history += [{**row, "member": i} for row in rows]
     fresh = sample_quadrotors(cfg.randomization, d.refine_quadrotors, d.refine_seed)
+    shift = trimmed_students(members, fresh, seed=d.seed) if d.refine_trim else None
     policy, rows = best_of_restarts(
-        lambda c: refine(kind, members, fresh, task, c, progress, validate, d.refine_feedforward), d, validate)
+        lambda c: refine(kind, members, fresh, task, c, progress, validate, d.refine_feedforward, shift), d, validate)
     return policy, history + [{**row, "member": "refined"} for row in rows]
 
 

@@ -2,8 +2,9 @@
 
 ``load_trimmed`` measures a teacher's trim the first time and keeps it in ``<teacher dir>/trim.json``;
 ``trimmed_variants`` trims each teacher on perturbed variants of its quadrotor, all in one batched sim,
-as per-env shifts of a ``Labeller`` (``dagger.variants_per_teacher``). The student, which learns from
-the trimmed teachers' labels, never sees a trim.
+as per-env shifts of a ``Labeller`` (``dagger.variants_per_teacher``); ``trimmed_students`` trims the
+mean of several students on any quadrotors (``dagger.refine_trim``). The student, which learns from
+trimmed labels, never sees a trim.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from policies.mlp import MLPPolicy
 from robo.evaluate import make_fleet_task, rollout
-from robo.foundation.fleet import Labeller, TeacherEnsemble
+from robo.foundation.fleet import Labeller, StudentLabeller, TeacherEnsemble
 from robo.rl.trim import refine_trims, settled_offsets, shifted, trim_policy
 from robo.run_dir import write_json
 from sims.quadrotor.params import QuadrotorParams
@@ -58,14 +59,30 @@ def trimmed_variants(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], va
     rng = np.random.default_rng(seed)
     fleet = [v for q in quads for v in [q] + [perturbed_params(q, scale, rng, name=f"{q.name}_v{j}")
                                               for j in range(1, variants)]]
+    shift = trim_fleet(lambda s: Labeller(ensemble, s), fleet, starts, iterations, seconds, settle, seed)
+    return fleet, shift
+
+
+def trimmed_students(students: list, quads: list[QuadrotorParams], starts: int = 16, iterations: int = 2,
+                     seconds: float = 5.0, settle: float = 1.0, seed: int = 0) -> np.ndarray:
+    """The trim of the ``students``' mean action (``StudentLabeller``) on each of ``quads``, (N, 3) m, as
+    a ``StudentLabeller``'s shift with one env per quadrotor: the labels of ``dagger.refine_trim``."""
+    return trim_fleet(lambda s: StudentLabeller(students, s), quads, starts, iterations, seconds, settle, seed)
+
+
+def trim_fleet(labeller, fleet: list[QuadrotorParams], starts: int, iterations: int, seconds: float,
+               settle: float, seed: int) -> np.ndarray:
+    """Trim ``labeller(shift (B, 3)) -> policy`` on every quadrotor of ``fleet`` at once, ``starts`` hover
+    starts each in one batched sim (``refine_trims``: a quadrotor's shift grows only while it lowers its
+    median hover error, and stays 0 where every start crashes). Returns the shift per quadrotor, (N, 3) m."""
     task = make_fleet_task("hover", fleet, starts, seed)
     settle_steps = int(round(settle / task.dt))
 
     def measure(shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        r = rollout(Labeller(ensemble, np.repeat(shift, starts, axis=0)), task, seconds)
+        r = rollout(labeller(np.repeat(shift, starts, axis=0)), task, seconds)
         return settled_offsets(r, len(fleet), settle_steps)
 
     total, before, best = refine_trims(measure, len(fleet), iterations)
-    log.info("trimmed %d variants of %d teachers: median error %.3f -> %.3f m (median over variants)", len(fleet),
-             len(quads), float(np.median(before)), float(np.median(best)))
-    return fleet, total
+    log.info("trimmed %d quadrotors: median error %.3f -> %.3f m (median over quadrotors)", len(fleet),
+             float(np.median(before)), float(np.median(best)))
+    return total

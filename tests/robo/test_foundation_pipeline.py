@@ -374,6 +374,12 @@ def test_student_labeller_averages_students_each_with_its_own_state():
     assert not torch.allclose(a[1:], mean(fresh, obs[4, 1:]))  # ... and their states matter
     with pytest.raises(ValueError, match="no students"):
         StudentLabeller([])
+    shift = np.array([[0.03, -0.02, 0.07], [0.0, 0.0, 0.0], [-0.1, 0.0, 0.05]])  # a trim per env
+    moved = obs[0].clone()
+    moved[:, 0:3] += torch.as_tensor(shift, dtype=torch.float32)
+    torch.testing.assert_close(StudentLabeller(_students(2), shift).act(obs[0]), mean(_students(2), moved))
+    with pytest.raises(ValueError, match="expected .B, 3."):
+        StudentLabeller(students, np.zeros(3))
 
 
 def test_collect_restarts_the_labeller_where_episodes_restart():
@@ -433,6 +439,8 @@ def test_refine_distils_the_students_mean_into_one_student_on_new_quadrotors():
     assert trained < 0.3 * untrained
     with pytest.raises(ValueError, match="at least one quadrotor"):
         refine("gru", [load_raptor()], [], "hover", cfg)
+    with pytest.raises(ValueError, match="one per quadrotor"):
+        refine("gru", [load_raptor()], quads, "hover", cfg, shift=np.zeros((3, 3)))
 
 
 def test_an_ensemble_distils_its_members_then_refines_them_into_one():
@@ -455,7 +463,8 @@ def test_an_ensemble_distils_its_members_then_refines_them_into_one():
 
 def test_restarts_of_an_ensemble_repeat_the_refinement_and_keep_the_best_validated(monkeypatch):
     """``dagger.restarts`` R with ``ensemble`` E: the E students are distilled once each, the refinement
-    R times (seeds seed ... seed + R - 1), and the refinement that validates best is returned."""
+    R times (seeds seed ... seed + R - 1), and the refinement that validates best is returned; with
+    ``refine_trim`` the students' mean is trimmed on the new quadrotors once, for every refinement."""
     from robo.foundation import pipeline
 
     calls = []
@@ -464,15 +473,23 @@ def test_restarts_of_an_ensemble_repeat_the_refinement_and_keep_the_best_validat
         calls.append(1)
         return {"hover_success_rate": 0.9 if len(calls) == 7 else 0.1, "hover_median_error_m": 0.1}
 
+    trims, trim = [], pipeline.trimmed_students
+
+    def counted_trim(students, quads, **kw):  # the real trim, shorter, counted
+        trims.append(trim(students, quads, starts=2, seconds=1.0, settle=0.5, **kw))
+        return trims[-1]
+
     monkeypatch.setattr(pipeline, "validator", lambda cfg: validate)
+    monkeypatch.setattr(pipeline, "trimmed_students", counted_trim)
     cfg = FoundationRunConfig.from_dict({
         "randomization": {"base": "crazyflie", **SMALL_QUADS},
         "dagger": {"iterations": 2, "steps_per_iteration": 20, "envs_per_teacher": 2, "epochs": 1, "bptt": 10,
                    "batch_envs": 4, "ensemble": 2, "refine_quadrotors": 3, "seed": 4, "restarts": 2,
-                   "validation_quadrotors": 2}})
+                   "validation_quadrotors": 2, "refine_trim": True}})
     policy, history = pipeline.distil("gru", _teachers(2), sample_quadrotors(cfg.randomization, 2, seed=2), "hover",
                                       cfg)
     assert len(calls) == 8
+    assert len(trims) == 1 and trims[0].shape == (3, 3)  # the students' mean trimmed once, on the 3 new quadrotors
     members, refined = history[:4], history[4:]
     assert [(h["member"], "restart" in h) for h in members] == [(0, False), (0, False), (1, False), (1, False)]
     assert [(h["member"], h["restart"]) for h in refined] == [("refined", 1), ("refined", 1)]
