@@ -68,6 +68,8 @@ def main() -> None:
                     help="new quadrotors the refined student flies (with --ensemble > 1)")
     ap.add_argument("--refine-feedforward", type=float, default=DaggerConfig.refine_feedforward, metavar="S2",
                     help="the students label the refined student's moving references this x a_ref ahead")
+    ap.add_argument("--refine-trim", action="store_true",
+                    help="trim the students' mean on each refine quadrotor before it labels (dagger.refine_trim)")
     ap.add_argument("--dagger-seed", type=int, default=DaggerConfig.seed, help="DAgger's seed (restarts count from it)")
     ap.add_argument("--mlp", action=argparse.BooleanOptionalAction, default=True,
                     help="also distil the non-adaptive MLP student from all teachers")
@@ -100,7 +102,7 @@ def main() -> None:
         "dagger": {"iterations": args.iterations, "steps_per_iteration": args.dagger_steps, "epochs": args.epochs,
                    "validation_quadrotors": args.validation, "restarts": args.restarts, "seed": args.dagger_seed,
                    "ensemble": args.ensemble, "refine_quadrotors": args.refine_quadrotors,
-                   "refine_feedforward": args.refine_feedforward,
+                   "refine_feedforward": args.refine_feedforward, "refine_trim": args.refine_trim,
                    "validation_figure_eight": args.validation_figure_eight,
                    "variants_per_teacher": args.variants, "variant_scale": args.variant_scale,
                    "tasks": args.dagger_tasks,
