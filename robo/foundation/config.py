@@ -72,10 +72,9 @@ class DaggerConfig:
     mean action into one fresh student (seed ``seed``; with restarts, seeds ``seed`` ... ``seed + restarts
     - 1``) over ``refine_quadrotors`` new quadrotors from the teachers' ranges, drawn with ``refine_seed``,
     one env each per entry of ``tasks`` (``robo.foundation.pipeline.distil``); E + restarts x the DAgger
-    time. ``refine_feedforward``
-    (s^2, 0: off) is ``label_feedforward`` for the students' labels in that run; with ``refine_trim`` the
-    students' mean is trimmed on each new quadrotor first, as the teachers are on theirs
-    (``robo.foundation.trim.trimmed_students``).
+    time. ``refine_feedforward`` (s^2, 0: off) is ``label_feedforward`` for the students' labels in that
+    run; with ``refine_trim`` the students' mean is trimmed on each new quadrotor first, as the teachers
+    are on theirs (``robo.foundation.trim.trimmed_students``).
     ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
     variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
     trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
