@@ -599,12 +599,14 @@ def test_the_tracking_preset_changes_only_the_students_recipe():
     assert c.randomization == default.randomization and c.ray == default.ray
     assert (c.dagger.gru_hidden, c.dagger.label_feedforward) == (32, 0.05)
     assert (c.dagger.validation_quadrotors, c.dagger.validation_figure_eight) == (16, True)
-    assert (c.dagger.ensemble, c.dagger.refine_quadrotors, c.dagger.refine_feedforward) == (4, 192, 0.0)
+    assert (c.dagger.ensemble, c.dagger.refine_quadrotors, c.dagger.refine_feedforward) == (4, 384, 0.01)
+    assert c.dagger.refine_trim and c.dagger.restarts == 1
     *hover, fig8 = c.dagger.tasks
     assert hover == [{}, {}, {}] and fig8["name"] == "figure_eight"
     assert fig8["figure_eight_randomization"]["amplitude"] == [0.5, 1.5]
     assert dataclasses.replace(c.dagger, gru_hidden=16, label_feedforward=0.0, tasks=[{}], validation_quadrotors=0,
-                               validation_figure_eight=False, ensemble=1) == default.dagger
+                               validation_figure_eight=False, ensemble=1, refine_quadrotors=192,
+                               refine_feedforward=0.0, refine_trim=False) == default.dagger
 
 
 def test_teachers_of_several_runs_pool_by_mass(tmp_path):
