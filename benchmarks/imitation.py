@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from policies.chunked import draw_noise, with_config, with_execution_horizon
 from policies.registry import load_policy
 from robo.factory import policy_by_name
-from robo.imitation.command import evaluator
+from robo.commands.imitation import evaluator
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 
 DIFFUSION_SETTINGS = [("ddim", 10), ("ddim", 100), ("dpmsolver", 10)]

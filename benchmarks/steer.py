@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from policies.chunked import with_execution_horizon
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
-from robo.steer.command import algo_config, task_env_factory
+from robo.commands.steer import algo_config, task_env_factory
 from robo.steer.trainer import SteerTrainer
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
 

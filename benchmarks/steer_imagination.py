@@ -32,7 +32,7 @@ from policies.registry import load_policy
 from policies.world_model import EnsembleConfig, EnsembleDynamics
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.steer import SteerTrainer
-from robo.steer.command import algo_config
+from robo.commands.steer import algo_config
 from robo.world_model import ImaginedEnv, SingleImaginedEnv
 from robo.world_model.tasks import from_demos, toy_success, transitions
 from sims.toy import generate_demos

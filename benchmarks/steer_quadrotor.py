@@ -34,7 +34,7 @@ from robo.imitation.demos import quadrotor_demos
 from robo.imitation.evaluate import evaluate_flights
 from robo.imitation.trainer import ImitationTrainer, TrainConfig
 from robo.steer import SteerTrainer
-from robo.steer.command import algo_config
+from robo.commands.steer import algo_config
 from sims.envs.quadrotor_env import QuadrotorEnv
 from sims.quadrotor.params import preset
 from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)

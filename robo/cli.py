@@ -24,8 +24,8 @@ from pathlib import Path
 
 COMMANDS = {"eval": "robo.commands.eval", "train": "robo.commands.train", "record": "robo.commands.record",
             "export": "robo.commands.export", "finetune": "robo.commands.finetune",
-            "foundation": "robo.commands.foundation", "steer": "robo.steer.command",
-            "imagine": "robo.world_model.command"}
+            "foundation": "robo.commands.foundation", "steer": "robo.commands.steer",
+            "imagine": "robo.commands.imagine"}
 MODE_COMMANDS = {"imagine"}  # `robo imagine evaluate ...` means `robo imagine mode=evaluate ...`
 USAGE = "usage: robo <command> [key=value ...] [-m]\ncommands: " + ", ".join(COMMANDS)
 

@@ -47,7 +47,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 def evaluate_imitation(c: dict, run_dir: Path) -> dict:
     """A chunked checkpoint on an imitation task: ``task.eval.episodes`` episodes from seed
     ``task.eval.seed`` (the seeds ``robo train`` scores on), video of episode 0 -> metrics.json."""
-    from robo.imitation.command import evaluator
+    from robo.commands.imitation import evaluator
 
     policy = make_policy(c["policy"])
     if not isinstance(policy, ChunkedPolicy):

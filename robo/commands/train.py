@@ -26,7 +26,7 @@ def check_resume_config(run_dir: Path, c: dict) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    from robo.imitation.command import is_imitation, run as run_imitation
+    from robo.commands.imitation import is_imitation, run as run_imitation
 
     if is_imitation(cfg):
         return run_imitation(cfg, run_dir)

@@ -13,7 +13,7 @@ from policies.registry import load_policy
 from robo.imitation import evaluate_chunked_policy
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.steer import LatentNoiseEnv, SteerTrainer
-from robo.steer.command import algo_config
+from robo.commands.steer import algo_config
 from robo.steer.dsrl_na import DSRLNA, DSRLNAConfig, TwinQ
 from sims.toy import generate_demos
 from tests.hydra_configs import composed
@@ -211,7 +211,7 @@ def test_imagined_envs_add_data_but_not_real_env_steps(tmp_path, weak_base):
 def test_robo_imagine_train_steers_with_dsrl_in_real_and_imagined_envs(tmp_path, weak_base):
     """``robo imagine train train.algo=dsrl``: the world model is fitted on the toy's behaviour data,
     DSRL steps one real and one imagined env, the budget counts real steps, the steered policy is saved."""
-    from robo.world_model.command import run
+    from robo.commands.imagine import run
 
     weak_base.save(tmp_path / "base")
     overrides = ["task=obstacle_reach", "mode=train", "train.algo=dsrl", f"train.base={tmp_path / 'base'}",

@@ -137,7 +137,7 @@ def test_cli_maps_mode_word(monkeypatch):
         __import__("sys").argv)))))
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: seen.setdefault("module", name))
     cli.main(["imagine", "evaluate", "task=pusht"])
-    assert seen["module"] == "robo.world_model.command"
+    assert seen["module"] == "robo.commands.imagine"
     assert seen["argv"][1:] == ["mode=evaluate", "task=pusht"]
 
 
@@ -169,7 +169,7 @@ def test_demos_become_transitions_without_their_last_step():
 def test_world_model_fits_on_the_task_demos(tmp_path):
     """``model.data=demos``: the ensemble learns from the task's scripted-expert demos (the toy task's
     100 demos, no new env steps) and predicts their held-out steps far better than copying the state."""
-    from robo.world_model.command import world_model
+    from robo.commands.imagine import world_model
     from robo.world_model.tasks import make_task
 
     task_cfg = {"name": "obstacle_reach", "demo_generator": "sims.toy:generate_demos", "demos": 40}
@@ -240,7 +240,7 @@ def test_pusht_model_learns_block_motion():
 
 def test_model_size_defaults_come_from_the_task():
     """``model.data_episodes`` / ``model.fit_steps`` null: the task's (push-T needs 600 episodes)."""
-    from robo.world_model.command import model_setting
+    from robo.commands.imagine import model_setting
     from robo.world_model.tasks import make_task
 
     pusht, hover = make_task("pusht"), make_task("hover")

@@ -126,7 +126,7 @@ def test_robo_imagine_synthesize_finetunes_a_chunked_base(tmp_path):
     from policies.diffusion import DiffusionConfig, DiffusionPolicy
     from policies.registry import load_policy
     from robo.imitation.data import compute_stats
-    from robo.world_model.command import run
+    from robo.commands.imagine import run
     from sims.toy import generate_demos
 
     torch.manual_seed(0)

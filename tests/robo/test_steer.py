@@ -131,7 +131,7 @@ def test_training_evaluations_pick_the_best_on_other_seeds_than_the_final_one(tm
     evaluation's (or eval.validation_seed): never on the seeds the final, reported evaluation uses."""
     import robo.steer.trainer as trainer_module
     from robo.steer import SteerTrainer
-    from robo.steer.command import algo_config
+    from robo.commands.steer import algo_config
 
     algo = algo_config("dsrl", ["kwargs.learning_starts=5", "kwargs.gradient_steps=1", "policy_kwargs.net_arch=[8]"])
 

@@ -25,10 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from policies.world_model import EnsembleDynamics
 from robo.run_dir import write_json, write_resolved_config
 
-from .imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
-from .policies import NoisyPolicy, PushTExpertPolicy
-from .rollout import imagine_rollout, spearman
-from .tasks import ImagineTask, ensemble_config, from_demos, make_real_vec_env, make_task, transitions
+from robo.world_model.imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
+from robo.world_model.policies import NoisyPolicy, PushTExpertPolicy
+from robo.world_model.rollout import imagine_rollout, spearman
+from robo.world_model.tasks import ImagineTask, ensemble_config, from_demos, make_real_vec_env, make_task, transitions
 
 log = logging.getLogger(__name__)
 MODES = ("evaluate", "train", "synthesize")
@@ -159,7 +159,7 @@ def train_dsrl(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, 
     real share is the budget. The steered policy is saved in ``checkpoints/latest/policy``."""
     from policies.registry import load_policy
     from robo.steer import SteerTrainer
-    from robo.steer.command import algo_config
+    from robo.commands.steer import algo_config
 
     t = c["train"]
     real_envs, n_imagined = split_envs(t)
@@ -218,7 +218,7 @@ ROLLOUT_KEYS = ("base", "attempts", "select", "with_demos", "finetune_steps", "f
 
 
 def synthesize_cmd(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
-    from .synthesize import synthesis_experiment
+    from robo.world_model.synthesize import synthesis_experiment
 
     s = dict(c["synthesize"])
     rollout = {k: s.pop(k) for k in ROLLOUT_KEYS if k in s}
@@ -235,7 +235,7 @@ def improve_on_imagined(c: dict, task: ImagineTask, model: EnsembleDynamics, dat
     ``checkpoints/latest/policy`` and score base and fine-tuned policy in the sim on the same seeds."""
     from policies.registry import load_policy
 
-    from .self_improve import finetune, imagined_successes
+    from robo.world_model.self_improve import finetune, imagined_successes
 
     seed = int(c["seed"])
     base = load_policy(r["base"])

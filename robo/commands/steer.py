@@ -17,7 +17,7 @@ from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.plots import plot_learning_curve
 from robo.run_dir import check_resume_config, write_json, write_resolved_config
 
-from .trainer import SteerTrainer
+from robo.steer.trainer import SteerTrainer
 
 log = logging.getLogger(__name__)
 ALGO_CONFIGS = resources.files("robo.configs") / "algo"  # the repository's configs/algo

@@ -14,11 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 from robo.plots import plot_learning_curve
 from robo.run_dir import check_resume_config, write_json, write_resolved_config
 
-from .data import ChunkWindows, compute_stats
-from .distill import DistillConfig, teacher_labels
-from .evaluate import evaluate_chunked_policy, evaluate_flights
-from .sources import init_weights, load_episodes, make_imitation_policy
-from .trainer import ImitationTrainer, TrainConfig
+from robo.imitation.data import ChunkWindows, compute_stats
+from robo.imitation.distill import DistillConfig, teacher_labels
+from robo.imitation.evaluate import evaluate_chunked_policy, evaluate_flights
+from robo.imitation.sources import init_weights, load_episodes, make_imitation_policy
+from robo.imitation.trainer import ImitationTrainer, TrainConfig
 
 log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"resume", "threads", "policy.train.steps", "policy.train.keep_every", "task.eval.episodes",
