@@ -33,11 +33,7 @@ class TeacherConfig:
     distillation, remove each teacher's steady-state hover offset on its own quadrotor
     (``robo.foundation.trim``). ``init_from``: another foundation run folder with the same quadrotors
     (same ``teachers``, ``seed`` and ``randomization``); each teacher starts from the networks of that
-    run's teacher for its quadrotor (e.g. hover teachers fine-tuned on moving references).
-    ``finetune_steps`` > 0 adds a second RL stage to every teacher: ``finetune_steps`` more env steps on
-    ``configs/train.yaml`` with ``finetune_overrides``, started from the first stage's networks (in
-    ``teachers/<i>/finetune``); the teacher is then the second stage's best actor. DAgger still flies the
-    first stage's task."""
+    run's teacher for its quadrotor (e.g. hover teachers fine-tuned on moving references)."""
 
     overrides: list[str] = field(default_factory=list)
     total_steps: int = 300_000
@@ -46,8 +42,6 @@ class TeacherConfig:
     eval_envs: int = 64
     trim: bool = True
     init_from: str | None = None
-    finetune_overrides: list[str] = field(default_factory=list)
-    finetune_steps: int = 0
 
 
 @dataclass
@@ -58,7 +52,7 @@ class DaggerConfig:
     ``beta = beta_start * beta_decay ** iteration`` per env and step; every visited observation is
     labelled with that env's teacher's action. The student then trains ``epochs`` passes over the
     last ``buffer_iterations`` iterations' sequences with truncated BPTT windows of ``bptt`` steps, at
-    ``learning_rate`` (or, with ``final_learning_rate``, decaying geometrically to it by the last iteration).
+    ``learning_rate``.
     ``gru_hidden``: the GRU student's width (Dense H -> GRU H -> Dense 4; RAPTOR's is 16).
     ``validation_quadrotors`` (0: off) drawn with ``validation_seed`` from the teachers' ranges score
     the student's hover after every iteration (``eval.starts`` starts each); the best iteration's
@@ -75,15 +69,11 @@ class DaggerConfig:
     time. ``refine_feedforward`` (s^2, 0: off) is ``label_feedforward`` for the students' labels in that
     run; with ``refine_trim`` the students' mean is trimmed on each new quadrotor first, as the teachers
     are on theirs (``robo.foundation.trim.trimmed_students``).
-    ``variants_per_teacher`` V > 1 spreads each teacher's envs over V quadrotors, its own and V - 1
-    variants within ``variant_scale`` (``sims.quadrotor.randomization.perturbed_params``), the teacher
-    trimmed on each (``robo.foundation.trim.trimmed_variants``): V times more quadrotors than teachers
-    (``envs_per_teacher`` must be a multiple of V).
     ``tasks``: what the students fly in DAgger, as overrides of the teachers' task config (e.g.
     ``{name: figure_eight, figure_eight_period: 8.0}`` for a moving reference, ``{init: {velocity: 2.0}}``
     for faster starts: the teachers' train-time task, which these override, already starts within 1 m/s
     and 1 rad/s of rest, configs/train_shaping/hover.yaml); each teacher's envs are split evenly among
-    them, so ``envs_per_teacher`` must be a multiple of ``len(tasks) * variants_per_teacher``. ``[{}]``: the
+    them, so ``envs_per_teacher`` must be a multiple of ``len(tasks)``. ``[{}]``: the
     teachers' own task only (the default). Adding a figure-eight (1.2 m, 5 s) did not help on balance: over
     DAgger seeds 0-2 it raised held-out hover success 0.80 -> 0.91 with the 16 lightest of 32 teachers, but
     lowered it 0.88 -> 0.83 with 16 mass-spread ones, and raised figure-eight RMSE at 32 (README).
@@ -106,7 +96,6 @@ class DaggerConfig:
     bptt: int = 50
     batch_envs: int = 64
     learning_rate: float = 3e-3
-    final_learning_rate: float | None = None
     buffer_iterations: int = 4
     gru_hidden: int = 16
     validation_quadrotors: int = 0
@@ -119,8 +108,6 @@ class DaggerConfig:
     refine_feedforward: float = 0.0
     refine_trim: bool = False
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
-    variants_per_teacher: int = 1
-    variant_scale: float = 0.1
     tasks: list[dict] = field(default_factory=lambda: [{}])
     ema_decay: float | None = 0.999
     label_feedforward: float = 0.0
@@ -175,7 +162,7 @@ class FoundationRunConfig:
             "teachers", "teacher.total_steps", "teacher.eval_envs", "ray.num_cpus", "dagger.envs_per_teacher",
             "dagger.gru_hidden", "dagger.restarts", "dagger.ensemble", "dagger.refine_quadrotors", "dagger.iterations",
             "dagger.steps_per_iteration", "dagger.bptt", "dagger.batch_envs", "dagger.buffer_iterations",
-            "dagger.variants_per_teacher", "eval.quadrotors", "eval.starts")}
+            "eval.quadrotors", "eval.starts")}
         for key, v in positive.items():
             if not (isinstance(v, int) and v >= 1):
                 raise ValueError(f"{key} must be a positive integer, got {v!r}")
@@ -188,12 +175,9 @@ class FoundationRunConfig:
             raise ValueError(f"dagger.beta_start and dagger.beta_decay must lie in [0, 1], got "
                              f"{self.dagger.beta_start}, {self.dagger.beta_decay}")
         validate_task_overrides(self.dagger.tasks)
-        groups = len(self.dagger.tasks) * self.dagger.variants_per_teacher
-        if self.dagger.envs_per_teacher % groups:
+        if self.dagger.envs_per_teacher % len(self.dagger.tasks):
             raise ValueError(f"dagger.envs_per_teacher={self.dagger.envs_per_teacher} must be a multiple of "
-                             f"len(dagger.tasks) x dagger.variants_per_teacher = {groups}")
-        if not 0.0 <= self.dagger.variant_scale < 1.0:
-            raise ValueError(f"dagger.variant_scale must lie in [0, 1), got {self.dagger.variant_scale}")
+                             f"len(dagger.tasks) = {len(self.dagger.tasks)}")
         if self.dagger.ema_decay is not None and not 0.0 <= self.dagger.ema_decay < 1.0:
             raise ValueError(f"dagger.ema_decay must lie in [0, 1) or be null, got {self.dagger.ema_decay}")
         for key in ("label_feedforward", "refine_feedforward"):
@@ -201,9 +185,6 @@ class FoundationRunConfig:
                 raise ValueError(f"dagger.{key} must be finite and >= 0 (s^2), got {getattr(self.dagger, key)}")
         if not self.dagger.learning_rate > 0:
             raise ValueError(f"dagger.learning_rate must be positive, got {self.dagger.learning_rate}")
-        if self.dagger.final_learning_rate is not None and not self.dagger.final_learning_rate > 0:
-            raise ValueError(f"dagger.final_learning_rate must be positive or null, got "
-                             f"{self.dagger.final_learning_rate}")
         if self.dagger.validation_quadrotors < 0:
             raise ValueError(f"dagger.validation_quadrotors must be >= 0, got {self.dagger.validation_quadrotors}")
         if self.dagger.validation_quadrotors and self.dagger.validation_seed in (self.seed, self.eval.seed):

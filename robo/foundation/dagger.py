@@ -2,9 +2,8 @@
 
 The student flies ``envs_per_teacher`` copies of every teacher's quadrotor, split over one batched
 sim per DAgger task (``dagger.tasks``, e.g. hover and a figure-eight; see ``dagger_fleets``). In each
-sim, env ``b`` belongs to teacher ``b // k`` for the ``k`` envs per teacher of that task; with
-``variants_per_teacher`` the copies fly variants of it. Each teacher labels the
-observations its own envs visit. Envs are laid out teacher-major, so labelling is one vmapped call
+sim, env ``b`` belongs to teacher ``b // k`` for the ``k`` envs per teacher of that task. Each teacher
+labels the observations its own envs visit. Envs are laid out teacher-major, so labelling is one vmapped call
 over ``obs.view(N, k, D)`` (all teachers share an architecture, ``robo.foundation.fleet``) instead of
 N separate forwards.
 
@@ -30,7 +29,6 @@ from policies.mlp import MLPActor, MLPConfig, MLPPolicy
 from robo.evaluate import make_fleet_task
 from robo.foundation.config import DaggerConfig, merged_task
 from robo.foundation.fleet import Labeller, StudentLabeller, TeacherEnsemble, feedforward_observations
-from robo.foundation.trim import trimmed_variants
 from sims.envs import OBS_DIM
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor.params import QuadrotorParams
@@ -85,8 +83,8 @@ def collect(task: BatchedQuadrotorTask, model: nn.Module, teachers: TeacherEnsem
             steps: int, beta: float, generator: torch.Generator, feedforward: float = 0.0) -> tuple[Sequences, dict]:
     """Fly the student (the teacher's action instead with probability ``beta`` per env and step)
     for ``steps`` steps from fresh starts; envs that terminate restart at once, and so do a recurrent
-    labeller's states. ``teachers`` label (a ``Labeller`` carries each env's trim; a ``StudentLabeller``
-    labels with students); with ``feedforward`` > 0 (s^2) they label a moving reference as if led
+    labeller's states. ``teachers`` label (a ``StudentLabeller`` labels with students, trimmed where it
+    carries a shift); with ``feedforward`` > 0 (s^2) they label a moving reference as if led
     ``feedforward`` times its acceleration ahead (``feedforward_observations``)."""
     labeller = Labeller(teachers) if isinstance(teachers, TeacherEnsemble) else teachers
     B = task.num_envs
@@ -151,16 +149,8 @@ def dagger_fleets(ensemble: TeacherEnsemble, quads: list[QuadrotorParams], task:
     """The batched sims the students fly, one per entry of ``cfg.tasks`` (overrides of the teachers'
     ``task``, each with its own starts), and the labeller of their envs (the same for all: every sim
     has the same teacher-major layout). Each teacher's ``envs_per_teacher / len(tasks)`` envs per task
-    fly its own quadrotor, or, with ``variants_per_teacher`` V > 1, V variants of it (its own and V - 1
-    ``perturbed_params`` within ``variant_scale``), each with the teacher trimmed on that variant, once
-    for all tasks: many more quadrotors than teachers, labelled without offsets."""
-    k, v = cfg.envs_per_teacher // len(cfg.tasks), cfg.variants_per_teacher
-    if v == 1:
-        flyers, labeller = quads, Labeller(ensemble)
-    else:
-        flyers, shift = trimmed_variants(ensemble, quads, v, cfg.variant_scale, seed=cfg.seed)
-        labeller = Labeller(ensemble, np.repeat(shift, k // v, axis=0))
-    return task_fleets(task, flyers, k // v, labeller, cfg)
+    fly its own quadrotor."""
+    return task_fleets(task, quads, cfg.envs_per_teacher // len(cfg.tasks), Labeller(ensemble), cfg)
 
 
 def task_fleets(task: dict | str, flyers: list[QuadrotorParams], envs_per_flyer: int, labeller,
@@ -180,14 +170,6 @@ def collect_fleets(fleets: list[tuple[BatchedQuadrotorTask, Labeller | StudentLa
     stats = {"beta": beta, "crashes": sum(s["crashes"] for _, s in parts),
              "final_mean_error": float(np.average([s["final_mean_error"] for _, s in parts], weights=envs))}
     return data, stats
-
-
-def learning_rate(cfg: DaggerConfig, iteration: int) -> float:
-    """``learning_rate``, or with ``final_learning_rate`` the geometric interpolation between them
-    (iteration 0: ``learning_rate``; the last: ``final_learning_rate``)."""
-    if cfg.final_learning_rate is None or cfg.iterations == 1:
-        return cfg.learning_rate
-    return cfg.learning_rate * (cfg.final_learning_rate / cfg.learning_rate) ** (iteration / (cfg.iterations - 1))
 
 
 def distill(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], task: dict | str,
@@ -237,8 +219,6 @@ def _dagger(kind: str, model: nn.Module, fleets: list, cfg: DaggerConfig, feedfo
     best = None  # (key, iteration, state_dict) with validate
     for it in range(cfg.iterations):
         beta = cfg.beta_start * cfg.beta_decay ** it
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(cfg, it)
         data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen, feedforward)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()

@@ -1,11 +1,11 @@
 """A fleet of quadrotors in one batched sim, laid out teacher-major, and its teachers as one policy.
 
 Env ``b`` of a fleet of ``N`` groups of ``k`` envs belongs to group ``b // k``: DAgger's groups are
-the teachers' quadrotors (or their variants), the held-out evaluation's the held-out quadrotors.
+the teachers' quadrotors, the held-out evaluation's the held-out quadrotors.
 ``TeacherEnsemble`` evaluates N same-architecture teachers in one ``vmap``; ``Labeller`` is that
-ensemble as a batched robo policy, each env labelled by its own teacher, optionally with a per-env
-shift of the position error it reads (a trim, see ``robo.rl.trim``). ``StudentLabeller`` labels every
-env with the mean action of several students (recurrent ones keep their own hidden states).
+ensemble as a batched robo policy, each env labelled by its own teacher. ``StudentLabeller`` labels every
+env with the mean action of several students (recurrent ones keep their own hidden states), optionally
+with a per-env shift of the position error they read (a trim, see ``robo.rl.trim``).
 ``feedforward_observations`` lets teachers label a moving reference as if they fed its acceleration forward.
 """
 
@@ -61,12 +61,10 @@ class TeacherEnsemble:
 
 class Labeller:
     """``ensemble`` as one policy over a teacher-major batch: ``act(obs (B, D)) -> (B, 4)``, env ``b``
-    acted on by teacher ``b // (B / N)``, which reads its position error as ``p - p_ref + shift[b]``
-    (``shift`` (B, 3) m, world FLU; None: unshifted). B must be a multiple of the N teachers."""
+    acted on by teacher ``b // (B / N)``. B must be a multiple of the N teachers."""
 
-    def __init__(self, ensemble: TeacherEnsemble, shift: np.ndarray | torch.Tensor | None = None):
+    def __init__(self, ensemble: TeacherEnsemble):
         self.ensemble = ensemble
-        self.shift = as_shift(shift)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:  # the teachers are stateless MLPs
         pass
@@ -77,7 +75,7 @@ class Labeller:
         if obs.ndim != 2 or obs.shape[0] % n:
             raise ValueError(f"observations have shape {tuple(obs.shape)}: need (B, D) with B a multiple of the "
                              f"{n} teachers")
-        x = shifted_observations(obs[:, :self.ensemble.obs_dim], self.shift)
+        x = obs[:, :self.ensemble.obs_dim]
         return self.ensemble(x.reshape(n, x.shape[0] // n, -1)).reshape(x.shape[0], -1)
 
 
@@ -86,7 +84,7 @@ class StudentLabeller:
     students of several DAgger seeds), each keeping its own per-env hidden state: a labeller for any
     quadrotor, not only the teachers'. ``act(obs (B, D)) -> (B, 4)``; ``reset(mask)`` restarts the
     students' states where ``mask`` (B,) is true (all when None), as episodes restart. With ``shift``
-    (B, 3) m, env ``b``'s students read their position error as ``p - p_ref + shift[b]`` (a trim)."""
+    (B, 3) m, world FLU, env ``b``'s students read their position error as ``p - p_ref + shift[b]`` (a trim)."""
 
     def __init__(self, students: list, shift: np.ndarray | torch.Tensor | None = None):
         if not students:

@@ -59,28 +59,19 @@ def train_config(overrides: list[str]) -> dict:
 
 def teacher_specs(cfg: FoundationRunConfig, run_dir: Path) -> list[dict]:
     """One JSON-able spec per teacher: index, folder and the full train config (``config``, the sampled
-    quadrotor as its robot entry), plus ``finetune``, the second stage's config, when ``finetune_steps`` > 0."""
+    quadrotor as its robot entry)."""
     t = cfg.teacher
-
-    def stage(overrides: list[str], steps: int) -> dict:
-        return train_config([*overrides, f"total_steps={steps}", f"eval_every={t.eval_every}",
-                             f"checkpoint_every={t.checkpoint_every}", f"eval.num_envs={t.eval_envs}",
-                             "video.enabled=false"])
-
-    stages = {"config": stage(t.overrides, t.total_steps)}
-    if t.finetune_steps > 0:
-        stages["finetune"] = stage(t.finetune_overrides, t.finetune_steps)
+    base = train_config([*t.overrides, f"total_steps={t.total_steps}", f"eval_every={t.eval_every}",
+                         f"checkpoint_every={t.checkpoint_every}", f"eval.num_envs={t.eval_envs}",
+                         "video.enabled=false"])
     randomization = RandomizationConfig.from_dict(dict(cfg.randomization))
     specs = []
     for i, quad in enumerate(sample_quadrotors(randomization, cfg.teachers, cfg.seed)):
-        spec = {"index": i, "dir": str(Path(run_dir).resolve() / "teachers" / f"{i:04d}")}
-        for key, base in stages.items():
-            c = json.loads(json.dumps(base))
-            c["robot"] = robot_entry(quad, randomization.base)
-            c["seed"] = int(cfg.seed) * 1000 + i
-            c["threads"] = 1
-            spec[key] = c
-        specs.append(spec)
+        c = json.loads(json.dumps(base))
+        c["robot"] = robot_entry(quad, randomization.base)
+        c["seed"] = int(cfg.seed) * 1000 + i
+        c["threads"] = 1
+        specs.append({"index": i, "dir": str(Path(run_dir).resolve() / "teachers" / f"{i:04d}"), "config": c})
     if t.init_from:
         _start_from_teachers(specs, Path(t.init_from))
     return specs
@@ -103,17 +94,20 @@ def train_teacher(spec: dict) -> dict:
     """Train (or resume) one teacher; returns its manifest fields. Runs inside a Ray worker. The
     teacher is the best-evaluated actor (``checkpoints/best``: SAC's quality drifts between
     evaluations, and a later actor is often worse), its score that evaluation's metrics."""
-    from robo.rl.trainer import LATEST
+    from robo.rl.trainer import BEST, LATEST, Trainer
 
     torch.set_num_threads(1)
     t0 = time.time()
     folder = Path(spec["dir"])
     resumed_from = _steps_done(folder)
-    result = _train_stage(spec["config"], folder)
-    if "finetune" in spec:  # second stage, from the first's networks
-        config = {**spec["finetune"], "init_from": str(folder / "checkpoints" / LATEST)}
-        result = _train_stage(config, folder / "finetune")
-    return {**result, "wall_s": time.time() - t0, "resumed_from_step": resumed_from}
+    trainer = Trainer(spec["config"], folder)
+    final = trainer.train(resume=resumed_from > 0, progress=False)
+    write_json(folder / "eval_history.json", trainer.history)
+    best = folder / "checkpoints" / BEST
+    chosen, score = (best, trainer.best) if trainer.best is not None and (best / "policy").exists() else (
+        folder / "checkpoints" / LATEST, final)
+    return {"checkpoint": str(chosen / "policy"), "score": {k: float(v) for k, v in score.items()},
+            "wall_s": time.time() - t0, "resumed_from_step": resumed_from}
 
 
 def _steps_done(folder: Path) -> int:
@@ -121,19 +115,6 @@ def _steps_done(folder: Path) -> int:
 
     state = folder / "checkpoints" / LATEST / "state.json"
     return int(json.loads(state.read_text())["step"]) if state.exists() else 0
-
-
-def _train_stage(config: dict, folder: Path) -> dict:
-    """Train (or resume) one RL run in ``folder``; its best-evaluated actor and that evaluation's score."""
-    from robo.rl.trainer import BEST, LATEST, Trainer
-
-    trainer = Trainer(config, folder)
-    final = trainer.train(resume=_steps_done(folder) > 0, progress=False)
-    write_json(folder / "eval_history.json", trainer.history)
-    best = folder / "checkpoints" / BEST
-    chosen, score = (best, trainer.best) if trainer.best is not None and (best / "policy").exists() else (
-        folder / "checkpoints" / LATEST, final)
-    return {"checkpoint": str(chosen / "policy"), "score": {k: float(v) for k, v in score.items()}}
 
 
 class Manifest:

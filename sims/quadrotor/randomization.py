@@ -215,24 +215,3 @@ def sample_param_list(config: RandomizationConfig, n: int, seed: int | np.random
     """Draw ``n`` randomized quadrotors as validated ``QuadrotorParams`` (for small n: MuJoCo models, logs)."""
     batch = sample_params(config, n, seed, dtype=torch.float64)
     return [batch.to_params(i, name=f"{config.base}_dr_{i}") for i in range(n)]
-
-
-def perturbed_params(params: QuadrotorParams, scale: float, rng: np.random.Generator,
-                     name: str | None = None) -> QuadrotorParams:
-    """A close variant of ``params``: the same airframe with its hard-to-know quantities off by up to
-    ``scale`` (a fraction). Total thrust, inertia, motor time constants and the yaw torque constant are
-    each multiplied by ``U(1 - scale, 1 + scale)``, and each motor's thrust by a fresh imbalance
-    ``U(1 - scale / 2, 1 + scale / 2)`` (normalized to mean 1, as in ``sample_arrays``). Mass, geometry
-    and gravity are kept. ``rng`` is advanced in place."""
-    if not 0.0 <= scale < 1.0:
-        raise ValueError(f"scale must lie in [0, 1), got {scale}")
-    f = 1.0 + scale * (2.0 * rng.random(4) - 1.0)
-    v = 1.0 + 0.5 * scale * (2.0 * rng.random(4) - 1.0)
-    motors = f[0] * v / v.mean()
-    return params.replace(
-        name=name or f"{params.name}_variant",
-        thrust_curve=tuple(tuple(float(c) * m for c in row) for row, m in zip(params.thrust_curve, motors)),
-        inertia=tuple(tuple(float(x) * f[1] for x in row) for row in params.inertia),
-        motor_time_constant_rising=tuple(float(x) * f[2] for x in params.motor_time_constant_rising),
-        motor_time_constant_falling=tuple(float(x) * f[2] for x in params.motor_time_constant_falling),
-        torque_constant=tuple(float(x) * f[3] for x in params.torque_constant))
