@@ -207,6 +207,26 @@ class FoundationRunConfig:
         """Build from a plain dict (e.g. a resolved Hydra node), rejecting unknown keys by name."""
         return _from_dict(cls, dict(d))
 
+    @classmethod
+    def from_overrides(cls, overrides: list[str]) -> "FoundationRunConfig":
+        """``configs/foundation.yaml`` with Hydra ``overrides`` (e.g. ``["teachers=4", "dagger.seed=3",
+        "+experiment=foundation_tracking"]``), as ``robo foundation`` composes it."""
+        return cls.from_dict(composed("foundation", overrides))
+
+
+def composed(name: str, overrides: list[str]) -> dict:
+    """``configs/<name>.yaml`` composed with Hydra ``overrides``, resolved to a plain dict (without the
+    ``hydra`` node); inside a running ``robo`` command, from its already initialized config search path."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        cfg = compose(name, overrides=list(overrides))
+    else:
+        with initialize_config_module("robo.configs", version_base="1.3"):
+            cfg = compose(name, overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)
+
 
 def merged_task(task: str | dict, overrides: dict) -> dict:
     """The task config ``task`` (a name or dict, see ``sims.envs.make_task_config``) with ``overrides``

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robo.foundation.config import FoundationRunConfig
+from robo.foundation.config import FoundationRunConfig, composed
 from robo.run_dir import write_json
 from sims.quadrotor.params import QuadrotorParams
 from sims.quadrotor.randomization import RandomizationConfig, sample_param_list
@@ -45,16 +45,7 @@ def robot_entry(params: QuadrotorParams, base: str) -> dict:
 
 def train_config(overrides: list[str]) -> dict:
     """``configs/train.yaml`` composed with Hydra ``overrides``, resolved to a plain dict."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    if GlobalHydra.instance().is_initialized():  # inside a running `robo` command
-        cfg = compose("train", overrides=list(overrides))
-    else:
-        with initialize_config_module("robo.configs", version_base="1.3"):
-            cfg = compose("train", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return composed("train", overrides)
 
 
 def teacher_specs(cfg: FoundationRunConfig, run_dir: Path) -> list[dict]:

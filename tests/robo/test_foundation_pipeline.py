@@ -566,22 +566,18 @@ def test_evaluate_policy_reports_every_metric():
     assert 0.0 < m["hover_mean_error_m"] <= 2.0 and "figure_eight_rmse_m" in m and "push_max_deviation_m" in m
 
 
-def composed_config(*overrides: str) -> FoundationRunConfig:
-    """``configs/foundation.yaml`` with Hydra ``overrides``, as ``robo foundation`` composes it."""
-    return FoundationRunConfig.from_dict(composed_dict("foundation", *overrides))
-
-
 def test_yaml_config_mirrors_the_dataclass():
-    assert composed_config() == FoundationRunConfig()
-    c = composed_config("teachers=64", "ray.address=auto",
-                        "dagger.tasks=[{},{name: figure_eight, figure_eight_period: 8.0}]")
+    assert FoundationRunConfig.from_overrides([]) == FoundationRunConfig()
+    assert FoundationRunConfig.from_dict(composed_dict("foundation")) == FoundationRunConfig()
+    c = FoundationRunConfig.from_overrides(["teachers=64", "ray.address=auto",
+                                            "dagger.tasks=[{},{name: figure_eight, figure_eight_period: 8.0}]"])
     assert c.teachers == 64 and c.ray.address == "auto"
     assert c.dagger.tasks == [{}, {"name": "figure_eight", "figure_eight_period": 8.0}]
 
 
 def test_the_tracking_preset_changes_only_the_students_recipe():
     """``+experiment=foundation_tracking`` sets the measured tracking recipe and nothing else."""
-    c = composed_config("+experiment=foundation_tracking", "teachers=4")
+    c = FoundationRunConfig.from_overrides(["+experiment=foundation_tracking", "teachers=4"])
     default = FoundationRunConfig()
     assert c.teachers == 4 and c.teacher == default.teacher and c.eval == default.eval
     assert c.randomization == default.randomization and c.ray == default.ray
