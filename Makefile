@@ -10,12 +10,13 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 setup: $(VENV)/.installed
 
 # Headless MuJoCo rendering needs Mesa's EGL (Debian: libegl1 libegl-mesa0).
-# torch==2.13.0 is installed first: it is the local CPU wheel (any other version pulls CUDA).
+# torch==2.13.0 is installed first: it is the local CPU wheel (pyproject's torch>=2.4 would otherwise pull CUDA).
 $(VENV)/.installed: pyproject.toml
 	@ldconfig -p | grep -q libEGL_mesa || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libegl1 libegl-mesa0; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	echo torch==2.13.0 > $(VENV)/constraints.txt
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e '.[all,test]'
 	touch $@
 
 run: setup          ## main job: train a Crazyflie hover policy from scratch, then evaluate it -> runs/main/

@@ -1,65 +1,220 @@
 """The ``robo`` command line: ``robo <command> [hydra overrides...]``.
 
-Each command has a Hydra config of its own name in ``configs/`` (shipped as
-``robo.configs``); everything after the command is passed to Hydra, so overrides,
-``--cfg job``, ``--help`` and multirun (``-m``) work as in any Hydra app.
+Each command has a Hydra config of its own name in ``configs/`` (shipped as ``robo.configs``) and a module in
+``robo/commands/``; everything after the command is passed to Hydra, so overrides, ``--cfg job`` and multirun
+(``-m``) work as in any Hydra app. ``robo <command> --help`` lists the groups and keys the command uses.
 
-    robo eval                                  # RAPTOR hovering a Crazyflie, 256 envs
-    robo eval robot=x500 task=figure_eight seconds=12
-    robo eval -m robot=crazyflie,racer5,x500   # a sweep, one run folder per job
-    robo train task=hover algo=td3 robot=crazyflie curriculum=scheduled
-    robo train resume=runs/train/<time>        # continue a killed run
-    robo export policy=<checkpoint folder> format=onnx   # or format=c, format=torchscript; policy=raptor
-    robo finetune real_robot=px4 base=raptor   # SAC fine-tuning on the (stand-in) PX4 robot
-    robo foundation teachers=16                # RAPTOR-style teachers (Ray) + DAgger GRU student
-    robo steer base=<policy checkpoint> task=pusht   # DSRL over a frozen diffusion policy
-    robo imagine evaluate task=hover           # rank policies in a learned world model
+The config is composed and checked (``robo.validation``) before a run folder is made: a bad input prints one
+line and exits with code 2. A command that fails later removes its run folder if it holds only its config and log,
+or else leaves it marked by a ``FAILED`` file with the traceback. ``ROBO_DEBUG=1`` shows tracebacks instead.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import shutil
 import sys
+import traceback
+from importlib.resources import files
 from pathlib import Path
 
-COMMANDS = {"eval": "robo.commands.eval", "train": "robo.commands.train", "record": "robo.commands.record",
-            "export": "robo.commands.export", "finetune": "robo.commands.finetune",
-            "foundation": "robo.commands.foundation", "steer": "robo.commands.steer",
-            "imagine": "robo.commands.imagine"}
+# command -> (module, what it does)
+COMMANDS = {
+    "eval": ("robo.commands.eval", "fly a policy in the batched quadrotor sim (or an imitation task) and score it"),
+    "train": ("robo.commands.train", "RL from scratch on a quadrotor task, or imitation (policy=diffusion|energy)"),
+    "record": ("robo.commands.record", "record demonstrations as a LeRobot-format dataset"),
+    "export": ("robo.commands.export", "export a policy to ONNX, TorchScript or C, checked against torch"),
+    "finetune": ("robo.commands.finetune", "fine-tune a policy on a real (or stand-in) robot behind the safety layer"),
+    "foundation": ("robo.commands.foundation", "RAPTOR-style teachers distilled into a recurrent foundation policy"),
+    "steer": ("robo.commands.steer", "improve a frozen diffusion or energy policy by RL over its latent noise"),
+    "imagine": ("robo.commands.imagine", "evaluate, train or synthesize data in a learned world model"),
+}
 MODE_COMMANDS = {"imagine"}  # `robo imagine evaluate ...` means `robo imagine mode=evaluate ...`
-USAGE = "usage: robo <command> [key=value ...] [-m]\ncommands: " + ", ".join(COMMANDS)
+USAGE = "usage: robo <command> [group=option ...] [key=value ...] [-m]"
+EXAMPLES = """examples:
+  robo eval +experiment=hover_raptor              RAPTOR's released policy hovering 256 Crazyflies
+  robo train +experiment=hover_quick              the main job: SAC hover from scratch
+  robo train policy=diffusion task=pusht          imitation from scripted-expert demos
+  robo train resume=runs/train/<time>             continue a run from its own config
+  robo export policy=<checkpoint folder> format=c
+  robo steer base=<checkpoint folder> task=pusht
+  robo imagine evaluate task=hover"""
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, KeyError,
+               ImportError)
+
+
+class CommandFailed(Exception):
+    """A command's run raised; carries the exit code and the one line to print."""
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        print(__doc__)
+        print(overview())
         return
     command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        fail(f"unknown command {command!r}; choose one of {', '.join(COMMANDS)} (robo --help)", prefix="robo:")
+    if any(a in ("-h", "--help") for a in rest):
+        try:
+            print(command_help(command))
+        except BrokenPipeError:  # `robo train --help | head`
+            pass
+        return
     if command in MODE_COMMANDS and rest and "=" not in rest[0] and not rest[0].startswith("-"):
         rest = [f"mode={rest[0]}", *rest[1:]]
-    if command not in COMMANDS:
-        sys.exit(f"robo: unknown command {command!r}\n{USAGE}")
-    module = importlib.import_module(COMMANDS[command])
+    debug = os.environ.get("ROBO_DEBUG", "") not in ("", "0")
+    try:
+        module = command_module(command)
+    except ImportError as e:
+        fail(f"{command}: {e}", debug=debug)
     if hasattr(module, "rewrite_overrides"):  # a command may give shorthands for its overrides
         rest = module.rewrite_overrides(rest)
+    if not any(a.startswith("-") for a in rest):  # -m, --cfg, --info ...: Hydra's own modes, composed by Hydra
+        from robo.validation import ConfigError, one_line, validate
+
+        try:
+            cfg = compose(command, rest)
+            validate(command, cfg)
+        except ConfigError as e:
+            fail(f"{command}: {e}", debug=debug)
+        except Exception as e:  # Hydra's composition errors: unknown group option or key, bad override syntax
+            fail(f"{command}: {composition_error(str(e))}", debug=debug)
+        if cfg.get("resume"):  # a resumed run writes its log into its own folder, not a new one
+            rest = [*rest, f"hydra.run.dir={cfg.resume}", "hydra.output_subdir=null"]
 
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
     def task_fn(cfg) -> None:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        result = module.run(cfg, run_dir)
         resumed = cfg.get("resume") if isinstance(cfg.get("resume"), str) else None  # commands resume in place
-        print(_summary(command, result, Path(resumed) if resumed else run_dir))
+        try:
+            from robo.validation import validate
+
+            validate(command, cfg)  # again: a multirun's jobs are composed here only
+            result = module.run(cfg, run_dir)
+        except KeyboardInterrupt:
+            where = clean_up(run_dir, keep=bool(resumed), reason="interrupted (Ctrl-C)")
+            fail(f"{command}: interrupted{where}", code=130)
+        except Exception as e:
+            if debug:
+                raise
+            where = clean_up(run_dir, keep=bool(resumed), reason=traceback.format_exc())
+            code = 2 if isinstance(e, USER_ERRORS) else 1
+            fail(f"{command}: {describe(e)}{where}", code=code)
+        print(summary(command, result, Path(resumed) if resumed else run_dir))
 
     sys.argv = [f"robo-{command}", *rest]
     hydra.main(version_base="1.3", config_path="pkg://robo.configs", config_name=command)(task_fn)()
 
 
-def _summary(command: str, result: dict, run_dir: Path) -> str:
-    width = max(len(k) for k in result)
+def command_module(command: str):
+    """The module in ``robo/commands/`` that runs ``command`` (its ``run(cfg, run_dir) -> dict``)."""
+    return importlib.import_module(COMMANDS[command][0])
+
+
+def compose(command: str, overrides: list[str]):
+    """The command's config as ``hydra.main`` will compose it (without the ``hydra`` node)."""
+    from hydra import compose as hydra_compose, initialize_config_module
+
+    with initialize_config_module(config_module="robo.configs", version_base="1.3"):
+        return hydra_compose(config_name=command, overrides=overrides)
+
+
+def composition_error(text: str) -> str:
+    """Hydra's multi-line composition error as one line: ``unknown robot 'foo'; choose one of ...``."""
+    from robo.validation import one_line
+
+    missing = re.search(r"Could not find '([\w/]+)/([^']+)'", text)
+    if missing:
+        group, name = missing.groups()
+        options = re.search(r"Available options in '[^']+':(.*?)(Config search path|$)", text, re.S)
+        choices = ", ".join(options.group(1).split()) if options else ""
+        return f"unknown {group} {name!r}" + (f"; choose one of {choices}" if choices else "")
+    return one_line(text.split("Config search path")[0])
+
+
+def describe(e: BaseException) -> str:
+    """One line for an exception: its message, with the type where the message alone would be unclear."""
+    from robo.validation import one_line
+
+    text = one_line(str(e)) or type(e).__name__
+    if isinstance(e, KeyError):
+        text = f"missing key {text}"
+    return text if isinstance(e, USER_ERRORS) else f"{type(e).__name__}: {text}"
+
+
+def clean_up(run_dir: Path, keep: bool, reason: str) -> str:
+    """After a failure: remove a new run folder that holds only its config and log; else mark it ``FAILED``.
+    Returns the words to add to the error line."""
+    if not run_dir.is_dir():
+        return ""
+    bookkeeping = {".hydra", "config.yaml", "FAILED"} | {p.name for p in run_dir.glob("*.log")}
+    if not keep and all(p.name in bookkeeping for p in run_dir.iterdir()):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return " (no run folder kept)"
+    (run_dir / "FAILED").write_text(reason if reason.endswith("\n") else reason + "\n")
+    return f" (run folder kept, marked {run_dir / 'FAILED'})"
+
+
+def fail(message: str, code: int = 2, debug: bool = False, prefix: str = "robo") -> None:
+    """Print ``robo <message>`` as one line on stderr and exit with ``code`` (re-raise under ROBO_DEBUG)."""
+    if debug and sys.exc_info()[0] is not None:
+        raise
+    hint = " (a bug? ROBO_DEBUG=1 shows the traceback)" if code == 1 else ""
+    print(f"{prefix} {message}{hint}", file=sys.stderr)
+    sys.exit(code)
+
+
+def overview() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [USAGE, "", "commands:"]
+    lines += [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
+    lines += ["", "`robo <command> --help` lists the config groups and keys a command uses.", "", EXAMPLES]
+    return "\n".join(lines)
+
+
+def command_help(command: str) -> str:
+    """The command's config groups (options, default) and its own keys, as commented in its YAML file."""
+    configs = files("robo.configs")
+    text = (configs / f"{command}.yaml").read_text()
+    groups, keys, part = [], [], "head"
+    for line in text.splitlines():
+        if line.startswith("defaults:"):
+            part = "defaults"
+            continue
+        if line.startswith("hydra:"):
+            part = "hydra"
+            continue
+        if part == "defaults" and line.startswith("  - "):
+            entry = line[4:].split("#")[0].strip()
+            if ":" in entry:
+                name, default = (s.strip() for s in entry.split(":", 1))
+                name = name.removeprefix("optional ")
+                if not default.startswith("${"):
+                    options = sorted(p.name[:-5] for p in (configs / name).iterdir() if p.name.endswith(".yaml"))
+                    groups.append(f"  {name:<12} {'|'.join(options)} (default: {default})")
+            continue
+        if part == "defaults" and not line.startswith(" "):
+            part = "keys"
+        if part == "keys" and not line.startswith("command:"):
+            keys.append("  " + line)
+    about = COMMANDS[command][1]
+    head = [f"robo {command}: {about}", f"usage: robo {command} [group=option ...] [key=value ...] [-m]"]
+    presets = sorted(p.name[:-5] for p in (configs / "experiment").iterdir() if p.name.endswith(".yaml"))
+    out = [*head, ""]
+    if groups:
+        out += ["config groups:", *groups, ""]
+    out += [f"keys (configs/{command}.yaml):", *[k for k in keys if k.strip()], ""]
+    out += [f"presets: +experiment={'|'.join(presets)}", "Hydra's own help: --hydra-help; the full config: --cfg job"]
+    return "\n".join(out)
+
+
+def summary(command: str, result: dict, run_dir: Path) -> str:
+    width = max((len(k) for k in result), default=0)
     lines = [f"robo {command}: results", "-" * (width + 16)]
     for k, v in result.items():
         lines.append(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")

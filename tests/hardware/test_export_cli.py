@@ -52,8 +52,11 @@ def failing(tmp_path, capsys, *args):
 def test_bad_input_gets_a_clear_error(tmp_path, capsys):
     assert "unknown export format 'tflite'" in failing(tmp_path, capsys, "policy=raptor", "format=tflite")
     err = failing(tmp_path, capsys, f"policy={tmp_path / 'nowhere'}", "format=onnx")
+    assert "nowhere: no such file or folder" in err
+    (tmp_path / "empty").mkdir()
+    err = failing(tmp_path, capsys, f"policy={tmp_path / 'empty'}", "format=onnx")
     assert "is not a robo checkpoint" in err and "config.json is missing" in err
-    assert "no policy to export: give policy=<checkpoint folder>" in failing(tmp_path, capsys, "format=onnx")
+    assert "policy.path is required" in failing(tmp_path, capsys, "format=onnx")
     # a parity failure is an error, with the report left in the run folder
     err = failing(tmp_path, capsys, "policy=raptor", "format=onnx", "tolerance=-1")
     assert "the onnx export differs from torch by" in err

@@ -135,7 +135,7 @@ def test_cli_maps_mode_word(monkeypatch):
     seen = {}
     monkeypatch.setattr(hydra, "main", lambda **kw: (lambda f: (lambda: seen.setdefault("argv", list(
         __import__("sys").argv)))))
-    monkeypatch.setattr(cli.importlib, "import_module", lambda name: seen.setdefault("module", name))
+    monkeypatch.setattr(cli, "command_module", lambda name: seen.setdefault("module", cli.COMMANDS[name][0]))
     cli.main(["imagine", "evaluate", "task=pusht"])
     assert seen["module"] == "robo.commands.imagine"
     assert seen["argv"][1:] == ["mode=evaluate", "task=pusht"]
