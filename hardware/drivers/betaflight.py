@@ -37,6 +37,7 @@ import numpy as np
 from . import msp
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .extras import require
 from .threads import join_loops, start_loops, wait_until
 from .betaflight_sitl import (BF_FROM_ROBO, PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude_to_rc,
                               betaflight_attitude_to_quat, betaflight_gyro_to_flu, pack_rc, state_to_fdm,
@@ -69,7 +70,7 @@ class _TcpLink:
 
 class _SerialLink:
     def __init__(self, url: str, baud: int):
-        import serial  # pyserial
+        serial = require("serial")  # pyserial
 
         self._port = serial.serial_for_url(url, baudrate=baud, timeout=0.05)
 

@@ -36,7 +36,9 @@ import threading
 import time
 
 import numpy as np
-from cflib.crazyflie.log import LogTocElement
+from .extras import require
+
+LogTocElement = require("cflib.crazyflie.log").LogTocElement
 
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState

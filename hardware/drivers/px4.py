@@ -27,8 +27,10 @@ import threading
 import time
 
 import numpy as np
-from pymavlink import mavutil
-from pymavlink.dialects.v20 import common as mavlink
+from .extras import require
+
+mavutil = require("pymavlink.mavutil")
+mavlink = require("pymavlink.dialects.v20.common")
 
 from . import frames
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from pymavlink.dialects.v20 import common as mavlink
+from .extras import require
+
+mavlink = require("pymavlink.dialects.v20.common")
 
 from . import frames
 from .base import AttitudeThrustCommand, Command, MotorCommand

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
 
@@ -16,6 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
+    if importlib.util.find_spec("ray") is None:
+        raise ImportError("robo foundation trains its teachers as Ray tasks; pip install 'robo[scale]'")
     c = FoundationRunConfig.from_dict(OmegaConf.to_container(cfg, resolve=True))
     torch.set_num_threads(int(c.threads) or torch.get_num_threads())
     torch.manual_seed(int(c.seed))

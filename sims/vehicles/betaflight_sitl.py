@@ -23,7 +23,10 @@ import struct
 from functools import partial
 
 import numpy as np
-from pymsp import MSPStreamProcessor, MSPv1, MSPv2
+from .extras import require
+
+_pymsp = require("pymsp")
+MSPStreamProcessor, MSPv1, MSPv2 = _pymsp.MSPStreamProcessor, _pymsp.MSPv1, _pymsp.MSPv2
 
 from .loops import BackgroundLoops
 from .sim_vehicle import SimVehicle, attitude_to_motors, quat_to_euler_zyx

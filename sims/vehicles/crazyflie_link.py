@@ -28,9 +28,12 @@ import struct
 import time
 
 import numpy as np
-from cflib.crazyflie.log import LogTocElement
-from cflib.crazyflie.param import ParamTocElement
-from cflib.crtp.crtpstack import CRTPPacket, CRTPPort
+from .extras import require
+
+LogTocElement = require("cflib.crazyflie.log").LogTocElement
+ParamTocElement = require("cflib.crazyflie.param").ParamTocElement
+_crtpstack = require("cflib.crtp.crtpstack")
+CRTPPacket, CRTPPort = _crtpstack.CRTPPacket, _crtpstack.CRTPPort
 
 from .loops import BackgroundLoops
 from .sim_vehicle import SimVehicle

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from pymavlink.dialects.v20 import common as mavlink
+from .extras import require
+
+mavlink = require("pymavlink.dialects.v20.common")
 
 from sims.envs.quadrotor_env import make_robot
 from sims.quadrotor.batched import BatchedQuadrotorSim
