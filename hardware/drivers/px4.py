@@ -80,7 +80,7 @@ class PX4Robot:
             raise RobotError(f"cannot open {cfg.connection!r}: {e}; for serial links pip install pyserial") from e
         except Exception as e:
             raise RobotError(f"cannot open MAVLink link {cfg.connection!r}: {e}") from e
-        self._state = self._att = self._pos = self._heartbeat = None  # nothing from an earlier session
+        self._state = self._att = self._pos = self._heartbeat = None  # nothing from an earlier connection
         self._newest_boot_ms.clear()
         self._tx = mavlink.MAVLink(self._link, cfg.system_id, cfg.component_id)
         self._tx.WIRE_PROTOCOL_VERSION = "2.0"

@@ -202,6 +202,6 @@ def test_reconnect_after_close_starts_afresh(vehicle):
     robot.close()
     with pytest.raises(RobotError, match="not connected"):
         robot.send(MotorCommand(np.zeros(4)))
-    vehicle.close()  # the vehicle is gone: a reconnect must fail, not reuse the old session's state
+    vehicle.close()  # the vehicle is gone: a reconnect must fail, not reuse the old connection's state
     with pytest.raises(RobotError, match="no HEARTBEAT"):
         robot.connect(timeout=0.3)
