@@ -76,12 +76,13 @@ class DaggerConfig:
     them, so ``envs_per_teacher`` must be a multiple of ``len(tasks)``. ``[{}]``: the
     teachers' own task only (the default). Adding a figure-eight (1.2 m, 5 s) did not help on balance: over
     DAgger seeds 0-2 it raised held-out hover success 0.80 -> 0.91 with the 16 lightest of 32 teachers, but
-    lowered it 0.88 -> 0.83 with 16 mass-spread ones, and raised figure-eight RMSE at 32 (README).
+    lowered it 0.88 -> 0.83 with 16 mass-spread ones, and raised figure-eight RMSE at 32
+    (docs/experiments/foundation.md).
     ``ema_decay`` (None or 0: off) keeps an exponential moving average of the student's weights over its
     optimizer steps (``policies.ema``: the decay warms up to ``ema_decay``); the average is what is
     validated, kept and returned, while the raw student flies to collect the data. At 64 teachers it
     raised held-out hover success over DAgger seeds 0-4 from a mean of 0.75 to 0.89 in 10
-    iterations, 0.95 in 15 (README).
+    iterations, 0.95 in 15 (docs/experiments/foundation.md).
     ``label_feedforward`` (s^2, 0: off): on a moving reference (a figure-eight in ``tasks``) the teachers
     label as if they aimed that many times the reference's acceleration ahead
     (``robo.foundation.fleet.feedforward_observations``), which removes most of their tracking lag; the

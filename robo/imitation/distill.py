@@ -7,7 +7,7 @@ the teacher denoises ``z = sqrt(2) erfinv(u)`` (exactly N(0, I): the normal CDF 
 student's descent from ``u`` regresses onto that chunk (``EnergyPolicy`` trains on (guess, chunk)
 pairs). Each guess names one sample of the teacher, so the student should keep the teacher's modes
 instead of averaging the demos, with 2 gradient steps instead of the teacher's 10 denoising steps. It
-does on a 2-D toy; on push-T a 68.6k-parameter student copied its teacher only loosely (README).
+does on a 2-D toy; on push-T a 68.6k-parameter student copied its teacher only loosely (docs/experiments/imitation.md).
 The labels are computed once and kept in the run folder (``teacher_labels.pt``, written atomically),
 so a resumed run does not relabel.
 """
