@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     if importlib.util.find_spec("ray") is None:
-        raise ImportError("robo foundation trains its teachers as Ray tasks; pip install 'robo[scale]'")
+        raise ImportError("ray is not installed (the teachers run as Ray tasks); pip install 'robo[scale]'")
     c = FoundationRunConfig.from_dict(OmegaConf.to_container(cfg, resolve=True))
     torch.set_num_threads(int(c.threads) or torch.get_num_threads())
     torch.manual_seed(int(c.seed))
