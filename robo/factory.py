@@ -9,7 +9,7 @@ import torch
 
 from policies.base import Policy
 from policies.foundation import load_raptor
-from policies.registry import load_policy
+from policies.registry import known_kinds, load_policy
 from sims.envs import BatchedQuadrotorTask, make_batched_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -29,7 +29,8 @@ def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], 
 
 
 def make_policy(policy: dict[str, Any]) -> Policy:
-    """``{kind: raptor, path: null}`` or ``{kind: checkpoint, path: DIR}`` -> a loaded policy."""
+    """``{kind: raptor, path: null}`` or ``{kind: checkpoint, path: DIR}`` -> a loaded policy (any kind
+    in ``policies.registry``, read from the folder's ``config.json``)."""
     kind = policy.get("kind")
     if kind == "raptor":
         return load_raptor(policy.get("path"))
@@ -37,7 +38,10 @@ def make_policy(policy: dict[str, Any]) -> Policy:
         if not policy.get("path"):
             raise ValueError("policy.kind=checkpoint needs policy.path=<checkpoint folder>")
         return load_policy(policy["path"])
-    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor' or 'checkpoint'")
+    if kind in known_kinds():
+        raise ValueError(f"policy.kind={kind!r} describes a policy to train, not a saved one; "
+                         f"load a saved {kind} policy with policy=checkpoint policy.path=<its folder>")
+    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor' or 'checkpoint' (with policy.path=<folder>)")
 
 
 def policy_by_name(name: str) -> Policy:

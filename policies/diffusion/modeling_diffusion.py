@@ -21,6 +21,7 @@ from ..checkpoint import load_checkpoint, save_checkpoint
 from ..chunked import check_tensor, split_observation, state_of
 from ..ema import AveragedWeights, make_ema
 from ..normalize import Normalizer, check_policy_stats
+from ..registry import register
 from .configuration_diffusion import DiffusionConfig
 from .mlp import ConditionalMlp
 from .unet import ConditionalUnet1d
@@ -49,6 +50,7 @@ class DiffusionModel(nn.Module):
         return window_features(self.obs_normalizer(obs), image, self.image_encoder).flatten(1)
 
 
+@register(trainable=True)
 class DiffusionPolicy(AveragedWeights):
     """``ChunkedPolicy`` with a diffusion denoiser. See ``policies/chunked.py`` for the shapes.
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..chunked import standard_noise
+from ..registry import register
 from .chunking import ChunkPolicyBase
 from .configuration_energy import ImplicitBCConfig
 from .energy_mlp import EnergyMLP
@@ -40,6 +41,7 @@ def dfo_minimize(model: nn.Module, obs_n: torch.Tensor, population: torch.Tensor
     return population[torch.arange(b), best], energy[torch.arange(b), best]
 
 
+@register(trainable=True)
 class ImplicitBCPolicy(ChunkPolicyBase):
     """``ChunkedPolicy`` around ``EnergyMLP``: kind "implicit_bc".
 

@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..chunked import draw_noise, standard_noise
 from ..diffusion.mlp import ResidualBlock
 from ..diffusion.unet import ConditionalResidualBlock1d
+from ..registry import register
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
 from .energy_mlp import ChunkInputs, EnergyMLP
@@ -286,6 +287,7 @@ def select_lowest_energy(chunks: torch.Tensor, energy: torch.Tensor) -> tuple[to
     return chunks[rows, best], energy[rows, best]
 
 
+@register(trainable=True)
 class EnergyPolicy(ChunkPolicyBase):
     """``ChunkedPolicy`` around an energy network (``build_energy_model``): kind "energy".
 

@@ -9,6 +9,7 @@ from torch import nn
 
 from ..base import ArrayLike, as_obs_tensor, like_input
 from ..checkpoint import TorchPolicyCheckpointing
+from ..registry import register
 from .configuration_foundation import FoundationConfig
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity}
@@ -49,6 +50,7 @@ class FoundationGRU(nn.Module):
         return a, h
 
 
+@register
 class FoundationPolicy(TorchPolicyCheckpointing):
     """``Policy`` wrapper around ``FoundationGRU`` holding the per-environment hidden state."""
 

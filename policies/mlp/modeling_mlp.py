@@ -7,6 +7,7 @@ from torch import nn
 
 from ..base import ArrayLike, as_obs_tensor, like_input
 from ..checkpoint import TorchPolicyCheckpointing
+from ..registry import register
 from .configuration_mlp import MLPConfig
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
@@ -38,6 +39,7 @@ class MLPActor(nn.Module):
         return a.clamp(-1.0, 1.0) if self.config.squash == "clip" else a
 
 
+@register
 class MLPPolicy(TorchPolicyCheckpointing):
     """``Policy`` around ``MLPActor`` (stateless: ``reset`` does nothing)."""
 

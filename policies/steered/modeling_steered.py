@@ -17,6 +17,7 @@ from ..base import ArrayLike, as_obs_tensor
 from ..checkpoint import atomic_directory, load_checkpoint, save_checkpoint
 from ..chunked import ChunkedPolicy, with_single_guess
 from ..mlp import MLPActor, MLPConfig
+from ..registry import load_policy, register
 from .configuration_steered import SteeredConfig
 
 BASE_DIR = "base"
@@ -60,6 +61,7 @@ def check_base(base: ChunkedPolicy) -> None:
         raise ValueError("steering image-observing policies is not supported yet; use a state-only base policy")
 
 
+@register
 class SteeredPolicy:
     """``ChunkedPolicy`` whose initial noise comes from a learned actor instead of N(0, I).
 
@@ -163,8 +165,6 @@ class SteeredPolicy:
 
     @classmethod
     def load(cls, directory: str | Path) -> "SteeredPolicy":
-        from ..registry import load_policy  # the registry imports this module
-
         kind, cfg, tensors, _ = load_checkpoint(directory)
         if kind != cls.kind:
             raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")

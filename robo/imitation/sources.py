@@ -1,5 +1,5 @@
-"""Where demonstrations and policies come from: a LeRobot dataset folder or a scripted expert,
-and the registry of imitation policy kinds (energy-based policies register here too)."""
+"""Where demonstrations and policies come from: a LeRobot dataset folder or a scripted expert, and
+a trainable policy built from its config (the kinds registered in ``policies.registry``)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,18 @@ from pathlib import Path
 import numpy as np
 
 from policies.chunked import ChunkedPolicy
-from policies.diffusion import DiffusionConfig, DiffusionPolicy
-from policies.energy import EnergyConfig, EnergyPolicy, ImplicitBCConfig, ImplicitBCPolicy
+from policies.registry import policy_class
 
 from .data import Episode, check_episodes
-
-# kind -> (config dataclass, policy class); the config is built from the policy YAML minus
-# ``kind`` and ``train``, plus obs_dim / action_dim / image_shape taken from the data.
-IMITATION_POLICIES: dict[str, tuple[type, type]] = {"diffusion": (DiffusionConfig, DiffusionPolicy)}
-IMITATION_POLICIES.update({"energy": (EnergyConfig, EnergyPolicy), "implicit_bc": (ImplicitBCConfig, ImplicitBCPolicy)})
 
 
 def make_imitation_policy(policy_cfg: dict, obs_dim: int, action_dim: int,
                           image_shape: list[int] | None = None) -> ChunkedPolicy:
-    kind = policy_cfg.get("kind")
-    if kind not in IMITATION_POLICIES:
-        raise ValueError(f"policy kind {kind!r} is not an imitation policy; choose one of {sorted(IMITATION_POLICIES)}")
-    config_class, policy_class = IMITATION_POLICIES[kind]
+    """A fresh policy of the trainable kind ``policy_cfg["kind"]``: its config dataclass from the policy YAML
+    (minus ``kind`` and ``train``) plus the data's ``obs_dim``, ``action_dim`` and ``image_shape`` (3, H, W)."""
+    cls = policy_class(policy_cfg.get("kind"), trainable=True)
     fields = {k: v for k, v in policy_cfg.items() if k not in ("kind", "train")}
-    return policy_class(config_class(**fields, obs_dim=obs_dim, action_dim=action_dim, image_shape=image_shape))
+    return cls(cls.config_class(**fields, obs_dim=obs_dim, action_dim=action_dim, image_shape=image_shape))
 
 
 def resolve(path: str) -> Callable:

@@ -14,9 +14,10 @@ from omegaconf import OmegaConf
 
 import robo.configs as robo_configs
 from policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policies.registry import policy_class
 from robo.imitation import (ChunkWindows, ImitationTrainer, TrainConfig, TrainingDiverged, compute_stats,
                             evaluate_chunked_policy)
-from robo.imitation.sources import IMITATION_POLICIES, make_imitation_policy
+from robo.imitation.sources import make_imitation_policy
 from sims.toy import ENV_ID, generate_demos
 from tests.hydra_configs import composed
 
@@ -352,7 +353,7 @@ def test_policy_yaml_mirrors_its_config_dataclass(name):
     """configs/policy/<name>.yaml sets every field of its config dataclass (bar the shapes taken from the
     data) to the dataclass's default: the Python API and ``robo train policy=<name>`` build the same policy."""
     raw = OmegaConf.to_container(OmegaConf.load(Path(robo_configs.__path__[0]) / "policy" / f"{name}.yaml"))
-    config_class = IMITATION_POLICIES[raw["kind"]][0]
+    config_class = policy_class(raw["kind"], trainable=True).config_class
     built = make_imitation_policy(raw, obs_dim=5, action_dim=2).config  # as `robo train` builds it
     assert built == config_class(obs_dim=5, action_dim=2)
     assert {f.name for f in dataclasses.fields(config_class)} - {"obs_dim", "action_dim", "image_shape"} <= set(raw)
