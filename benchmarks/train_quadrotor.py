@@ -1,23 +1,25 @@
 """Issue 3's measurements: train quadrotor policies from scratch and print one table.
 
 Rows:
-- hover, curriculum none / l2f (configs/curriculum/l2f.yaml), seeds 0..S-1 (``--trim N``: actors evaluated and kept
-  trimmed over N starts, as the main job deploys them): wall-clock time and env steps until the
-  Crazyflie hover policy reaches median final error < 5 cm and 0 crashes on 256 evaluation
-  envs from random starts (0.5 m, 30 deg) at rest; measured at evaluations every ``--eval-every``
-  steps (wall time includes the evaluations; the run stops at the first one that reaches it).
+- hover, curriculum none / l2f (configs/curriculum/l2f.yaml), seeds 0..S-1: wall-clock time and env steps until
+  the Crazyflie hover policy reaches median final error < 5 cm and 0 crashes on 256 evaluation envs from random
+  starts (0.5 m, 30 deg) at rest; measured at evaluations every ``eval_every`` steps (wall time includes the
+  evaluations; the run stops at the first one that reaches it). ``trim.starts=N``: actors evaluated and kept
+  trimmed over N starts, as the main job deploys them.
 - robustness of the best run's hover policy (its ``checkpoints/best``): nominal, +-20 % mass and
   thrust, and a push of 1 m/s (the issue's 10 N s would be 330 m/s on a 30 g Crazyflie).
 - figure-eight tracking RMSE of a policy trained on ``task=figure_eight``.
 
+The hover runs are ``robo train`` runs: every setting is a Hydra override of ``configs/train.yaml``, applied
+after this benchmark's defaults (``BENCH_DEFAULTS``); ``--curricula`` and ``--seeds`` pick the runs.
+
     python benchmarks/train_quadrotor.py                 # full (about 25 min on one core)
-    python benchmarks/train_quadrotor.py --seeds 1 --max-steps 200000 --skip-figure-eight
-    python benchmarks/train_quadrotor.py --trim 16 --curricula none --skip-figure-eight   # trimmed, as the main job
+    python benchmarks/train_quadrotor.py --seeds 1 --skip-figure-eight total_steps=200000
+    python benchmarks/train_quadrotor.py --curricula none --skip-figure-eight trim.starts=16   # trimmed, as the main job
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_module
+from common import command_config, parse, parser  # benchmarks/common.py (this folder is on sys.path)
 from omegaconf import OmegaConf
 
 from robo.evaluate import flight_metrics, rollout
@@ -37,28 +39,21 @@ from sims.envs import make_batched_task
 from sims.quadrotor import ParamsBatch, preset
 
 LEARNING_TO_FLY_SECONDS = 18.0
+# Overrides of configs/train.yaml applied before the command line's: stop at the first evaluation < 5 cm, 0 crashes.
+BENCH_DEFAULTS = ["total_steps=400000", "eval_every=25000", "checkpoint_every=${total_steps}",
+                  "stop.median_position_error=0.05", "stop.crashes=0"]
 
 
-def train_config(overrides: list[str]) -> dict:
-    with initialize_config_module("robo.configs", version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def train(overrides: list[str], out: Path) -> tuple[Trainer, dict, float]:
-    c = train_config(overrides)
+def train(cfg, out: Path) -> tuple[Trainer, dict, float]:
     t0 = time.time()
-    trainer = Trainer(c, out)
+    trainer = Trainer(OmegaConf.to_container(cfg, resolve=True), out)
     final = trainer.train(progress=False)
     return trainer, final, time.time() - t0
 
 
-def time_to_hover(curriculum: str, seed: int, args, out: Path) -> dict:
-    trainer, final, wall = train([
-        f"curriculum={curriculum}", f"seed={seed}", f"total_steps={args.max_steps}", f"eval_every={args.eval_every}",
-        f"checkpoint_every={args.max_steps}", "stop.median_position_error=0.05", "stop.crashes=0",
-        f"trim.starts={args.trim}",
-    ], out / f"hover_{curriculum}_{seed}")
+def time_to_hover(curriculum: str, cfg, out: Path) -> dict:
+    seed = int(cfg.seed)
+    trainer, final, wall = train(cfg, out / f"hover_{curriculum}_{seed}")
     hit = next((h for h in trainer.history if h["final_median_position_error"] < 0.05 and h["crashes"] == 0), None)
     return {"curriculum": curriculum, "seed": seed, "reached": hit is not None,
             "steps": hit["step"] if hit else None, "wall_s": hit["wall_time"] if hit else None,
@@ -96,28 +91,31 @@ def _pushed_rollout(policy, task, impulse: float, at: float = 1.0, duration: flo
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--max-steps", type=int, default=400_000)
-    ap.add_argument("--eval-every", type=int, default=25_000)
+    ap = parser(__doc__, "train", "trim.starts=16 total_steps=200000 algo.kwargs.learning_rate=0.0005")
+    ap.add_argument("--seeds", type=int, default=3, help="hover runs with seeds 0..N-1 per curriculum")
     ap.add_argument("--curricula", default="none,l2f", help="comma-separated configs/curriculum names")
-    ap.add_argument("--figure-eight-steps", type=int, default=400_000)
+    ap.add_argument("--figure-eight-steps", type=int, default=400_000,
+                    help="total_steps of the task=figure_eight run (the overrides configure the hover runs)")
     ap.add_argument("--skip-figure-eight", action="store_true")
-    ap.add_argument("--trim", type=int, default=0,
-                    help="trim.starts of the hover runs: evaluate (and deploy) actors trimmed from this many starts")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
-    args = ap.parse_args()
+    args = parse(ap)
+    configs = {c: [command_config(ap, "train", [*BENCH_DEFAULTS, *args.overrides, f"curriculum={c}", f"seed={s}"])
+                   for s in range(args.seeds)] for c in args.curricula.split(",")}
+    n = args.figure_eight_steps
+    figure_eight = None if args.skip_figure_eight else command_config(ap, "train", [
+        "task=figure_eight", f"total_steps={n}", f"eval_every={n}", "eval.seconds=12", f"checkpoint_every={n}"])
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory(prefix="robo-bench-") as tmp:
         out = Path(tmp)
-        results = {c: [time_to_hover(c, s, args, out) for s in range(args.seeds)] for c in args.curricula.split(",")}
+        results = {c: [time_to_hover(c, cfg, out) for cfg in cs] for c, cs in configs.items()}
         for c, rs in results.items():
+            cfg = configs[c][0]
             for r in rs:
-                trim = f", trimmed over {args.trim} starts" if args.trim else ""
+                trim = f", trimmed over {cfg.trim.starts} starts" if cfg.trim.starts else ""
                 rows.append((f"hover to <5 cm, 0 crashes (curriculum={c}{trim}, seed {r['seed']})",
                              f"{r['steps']} steps, {r['wall_s']:.0f} s" if r["reached"]
-                             else f"not reached in {args.max_steps} steps (final median {r['final_error']:.3f} m)"))
+                             else f"not reached in {cfg.total_steps} steps (final median {r['final_error']:.3f} m)"))
             hit = [r for r in rs if r["reached"]]
             if hit:
                 steps, wall = np.mean([r["steps"] for r in hit]), np.mean([r["wall_s"] for r in hit])
@@ -130,10 +128,8 @@ def main() -> None:
             rows.append((f"robustness ({name}), curriculum={best['curriculum']} seed {best['seed']}",
                          f"median {m['final_median_position_error']:.3f} m, crashes {m['crashes']}/256, "
                          f"success(<10 cm) {m['success_rate']:.2f}"))
-        if not args.skip_figure_eight:
-            trainer, final, wall = train(["task=figure_eight", f"total_steps={args.figure_eight_steps}",
-                                          f"eval_every={args.figure_eight_steps}", "eval.seconds=12",
-                                          f"checkpoint_every={args.figure_eight_steps}"], out / "figure_eight")
+        if figure_eight is not None:
+            trainer, final, wall = train(figure_eight, out / "figure_eight")
             task = make_batched_task("figure_eight", "crazyflie", 256)
             task.seed(0)
             m = flight_metrics(rollout(trainer.policy(), task, 12.0))
