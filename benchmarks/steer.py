@@ -1,25 +1,26 @@
 """Steering benchmark: DSRL vs residual SAC vs SAC from scratch on one env-step budget.
 
-    python benchmarks/steer.py --base <chunked policy checkpoint> --task obstacle_reach \
-        --budget 20000 --episodes 100 [--methods dsrl,residual_sac,sac_actions] [--n-action-steps 4]
+    python benchmarks/steer.py base=<chunked policy checkpoint> task=obstacle_reach \
+        total_env_steps=20000 eval.episodes=100 [--methods dsrl,residual_sac,sac_actions] [--n-action-steps 4]
 
-The base policy (a deliberately weak diffusion policy, e.g. ``robo train policy=diffusion
-task=pusht +task.demo_kwargs.noise_std=0.006 policy.train.steps=20000``) is evaluated first with
+Every setting is a Hydra override of ``configs/steer.yaml`` (as for ``robo steer``), applied after this
+benchmark's defaults (``BENCH_DEFAULTS``); ``algo.*`` overrides apply to every method of ``--methods``
+(each is ``algo=<method>``). The base policy (``base=``, a deliberately weak diffusion policy, e.g. ``robo train
+policy=diffusion task=pusht +task.demo_kwargs.noise_std=0.006 policy.train.steps=20000``) is evaluated first with
 N(0, I) noise through the chunked evaluation path, with zero noise, and with N(0, I) clipped to
 DSRL's noise box (the warm-up's noise). Each method then trains with SAC (configs/algo/<method>.yaml) for
-``--budget`` env steps, evaluating every ``--eval-every`` env steps on ``--eval-episodes``
-episodes; the final evaluation uses ``--episodes`` episodes with the same env seeds as the base
+``total_env_steps`` env steps, evaluating every ``eval_every`` env steps on ``eval.episodes_during_training``
+episodes; the final evaluation uses ``eval.episodes`` episodes with the same env seeds as the base
 (for DSRL through the exported steered policy, i.e. the ordinary evaluation path). Prints one
 table: final success, and the env steps of the first training evaluation at or above
 ``--target`` success. ``--n-action-steps`` sets the base's execution horizon (actions per chunk,
 so per steering decision) for everything, the base's own evaluation included. ``--resume``
 continues each method's run in ``--out`` (its ``checkpoints/latest``, replay buffer included) up to a
-larger ``--budget``; the other arguments must match the first run's.
+larger ``total_env_steps``; the other settings must match the first run's.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from pathlib import Path
@@ -30,11 +31,13 @@ from omegaconf import OmegaConf
 from policies.chunked import with_execution_horizon
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
-from robo.commands.steer import algo_config, task_env_factory
+from robo.commands.steer import task_env_factory
 from robo.steer.trainer import SteerTrainer
-from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
+from table import print_table
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# Overrides of configs/steer.yaml applied before the command line's.
+BENCH_DEFAULTS = ["eval_every=2000", "checkpoint_every=${total_env_steps}"]
 
 
 class DrawnNoise:
@@ -52,17 +55,16 @@ class DrawnNoise:
         return self.base.act(obs, noise=self.draw((len(obs), *self.base.noise_shape)))
 
 
-def run_method(name: str, base, task: dict, args, out: Path) -> dict:
-    algo = algo_config(name, args.set)
-    latent = algo["mode"] == "latent"
+def run_method(name: str, base, cfg, args, out: Path) -> dict:
+    c = OmegaConf.to_container(cfg, resolve=True)
+    task, e = c["task"], c["eval"]
+    latent = c["algo"]["mode"] == "latent"
     # a steered policy's final score comes from the batched evaluation below: the trainer's own
     # (one wrapper env, a chunk decoded per decision) then needs only the training-evaluation size
-    c = {"algo": algo, "task": task, "total_env_steps": args.budget, "num_envs": 1, "seed": args.seed,
-         "eval_every": args.eval_every, "checkpoint_every": args.budget,
-         "eval": {"episodes": args.eval_episodes if latent else args.episodes,
-                  "episodes_during_training": args.eval_episodes, "seed": int(task["eval"]["seed"])}}
+    if latent:
+        e["episodes"] = e["episodes_during_training"]
     t0 = time.time()
-    trainer = SteerTrainer(c, out / name, base if algo["mode"] != "action" else None, task_env_factory(task),
+    trainer = SteerTrainer(c, out / name, base if c["algo"]["mode"] != "action" else None, task_env_factory(task),
                            progress=False)
     final = trainer.train(resume=args.resume)
     row = {"method": name, "env_steps": trainer.env_steps, "success": final["success_rate"],
@@ -70,49 +72,50 @@ def run_method(name: str, base, task: dict, args, out: Path) -> dict:
     hit = [h["env_steps"] for h in trainer.history if h["success_rate"] >= args.target]
     row["steps_to_target"] = hit[0] if hit else "-"
     if latent:  # the exported steered policy, through the chunked evaluation path
-        m = evaluate_chunked_policy(trainer.steered_policy(), task["env_id"], args.episodes,
-                                    seed=int(task["eval"]["seed"]), env_kwargs=task.get("env_kwargs") or {},
+        m = evaluate_chunked_policy(trainer.steered_policy(), task["env_id"], int(cfg.eval.episodes),
+                                    seed=int(cfg.eval.seed), env_kwargs=task.get("env_kwargs") or {},
                                     max_steps=task["eval"].get("max_steps"))
-        row.update(success=m["success_rate"], episodes=args.episodes, method=f"{name} (steered policy)")
+        row.update(success=m["success_rate"], episodes=int(cfg.eval.episodes), method=f"{name} (steered policy)")
     return row
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", type=Path, required=True, help="checkpoint folder of the frozen chunked policy")
-    ap.add_argument("--task", default="pusht", help="a configs/task/<name>.yaml imitation task")
-    ap.add_argument("--budget", type=int, default=20000, help="env steps per method")
-    ap.add_argument("--episodes", type=int, default=100, help="final evaluation episodes")
-    ap.add_argument("--eval-every", type=int, default=2000)
-    ap.add_argument("--eval-episodes", type=int, default=20)
-    ap.add_argument("--target", type=float, default=0.85)
-    ap.add_argument("--methods", default="dsrl,dsrl_na,residual_sac,sac_actions")
-    ap.add_argument("--set", action="append", help="algo override for every method, e.g. kwargs.gradient_steps=2")
-    ap.add_argument("--seed", type=int, default=0)
+    ap = parser(__doc__, "steer", "base=<checkpoint> task=obstacle_reach total_env_steps=6000 algo.noise_bound=1.5")
+    ap.add_argument("--methods", default="dsrl,dsrl_na,residual_sac,sac_actions",
+                    help="comma-separated configs/algo names, one run each")
+    ap.add_argument("--target", type=float, default=0.85, help="success rate whose first evaluation is reported")
     ap.add_argument("--n-action-steps", type=int, default=None,
                     help="the base's execution horizon (default: its checkpoint's)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_steer"))
-    ap.add_argument("--resume", action="store_true", help="continue the runs in --out up to --budget")
-    args = ap.parse_args()
+    ap.add_argument("--resume", action="store_true", help="continue the runs in --out up to total_env_steps")
+    args = parse(ap)
+    if any(o.lstrip("+~").startswith("algo=") for o in args.overrides):
+        fail(ap, "the methods are --methods (each is algo=<method>); give algo.<key>=<value> to change them all")
+    configs = {name: command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides, f"algo={name}"])
+               for name in args.methods.split(",")}
+    cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])  # the base's evaluation: algo=dsrl's box
+    if not cfg.base:
+        fail(ap, "base is required: add base=<chunked policy checkpoint folder> (e.g. <run>/checkpoints/latest/policy)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    torch.set_num_threads(1)
-    task = OmegaConf.to_container(OmegaConf.load(CONFIGS / "task" / f"{args.task}.yaml"), resolve=True)
-    base = load_policy(args.base)
+    torch.set_num_threads(int(cfg.threads))
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    base = load_policy(cfg.base)
     if args.n_action_steps is not None:
         base = with_execution_horizon(base, args.n_action_steps)
-    bound = float(algo_config("dsrl", args.set)["noise_bound"])
-    draws = torch.Generator().manual_seed(args.seed)  # the clipped noise is the same on every run
+    bound = float(cfg.algo.noise_bound)
+    episodes, seed = int(cfg.eval.episodes), int(cfg.eval.seed)
+    draws = torch.Generator().manual_seed(int(cfg.seed))  # the clipped noise is the same on every run
     variants = {"N(0, I) noise": base, "zero noise": DrawnNoise(base, torch.zeros),
                 f"N(0, I) clipped to +-{bound:g}":
                     DrawnNoise(base, lambda s: torch.randn(s, generator=draws).clamp(-bound, bound))}
     rows = []
     for label, policy in variants.items():
-        m = evaluate_chunked_policy(policy, task["env_id"], args.episodes, seed=int(task["eval"]["seed"]),
+        m = evaluate_chunked_policy(policy, task["env_id"], episodes, seed=seed,
                                     env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
         rows.append({"method": f"base {base.kind} ({label})", "env_steps": 0, "success": m["success_rate"],
-                     "episodes": args.episodes, "steps_to_target": "-", "wall_min": 0.0})
-    for name in args.methods.split(","):
-        rows.append(run_method(name, base, task, args, args.out))
+                     "episodes": episodes, "steps_to_target": "-", "wall_min": 0.0})
+    for name, c in configs.items():
+        rows.append(run_method(name, base, c, args, args.out))
     print_table(rows, ["method", "env_steps", "success", "episodes", "steps_to_target", "wall_min"])
 
 
