@@ -1,7 +1,10 @@
 """DSRL with and without imagination: real env steps to a target success (toy task).
 
-    python benchmarks/steer_imagination.py --base <chunked policy checkpoint> [--budget 3000]
-    python benchmarks/steer_imagination.py --base <...> --model-demos 100 --model-steps 10000 --imagined 7 --seed S
+    python benchmarks/steer_imagination.py base=<chunked policy checkpoint> [total_env_steps=3000]
+    python benchmarks/steer_imagination.py base=<...> seed=S --model-demos 100 --model-steps 10000 --imagined 7
+
+The DSRL runs are ``robo steer`` runs on the toy task: every setting is a Hydra override of ``configs/steer.yaml``,
+applied after this benchmark's defaults (``BENCH_DEFAULTS``); the flags set up the world model.
 
 1. Roll out the frozen base policy (N(0, I) noise) for ``--model-data`` real env steps and fit an
    MBPO ensemble (``EnsembleDynamics``) on them; or, with ``--model-demos N``, fit it on the N
@@ -10,21 +13,21 @@
 2. DSRL (configs/algo/dsrl.yaml) on the real env alone, and DSRL with 1 real env plus
    ``--imagined`` imagined envs: the ensemble behind the same ``LatentNoiseEnv`` (success from the
    predicted position, collisions from the predicted termination, episodes cut where the members
-   disagree by more than ``--disagreement``). Only real env steps count against ``--budget``.
-Both are evaluated every ``--eval-every`` real env steps on ``--eval-episodes`` real episodes.
+   disagree by more than ``--disagreement``). Only real env steps count against ``total_env_steps``.
+Both are evaluated every ``eval_every`` real env steps on ``eval.episodes_during_training`` real episodes.
 Prints one table: real env steps to the first evaluation >= ``--target`` (the imagination row's
-count includes the model data), final success, imagined env steps.
+count includes the model data), final success on ``eval.episodes`` episodes, imagined env steps.
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 
 import gymnasium as gym
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 import sims  # noqa: F401  (registers the envs)
 from policies.chunked import draw_noise
@@ -32,14 +35,16 @@ from policies.registry import load_policy
 from policies.world_model import EnsembleConfig, EnsembleDynamics
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.steer import SteerTrainer
-from robo.commands.steer import algo_config
 from robo.world_model import ImaginedEnv, SingleImaginedEnv
 from robo.world_model.tasks import from_demos, toy_success, transitions
 from sims.toy import generate_demos
-from table import print_table  # benchmarks/table.py (this folder is on sys.path when run as a script)
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
+from table import print_table
 
 TOY = "robo/ObstacleReach-v0"
-EVAL_SEED = 100000
+# Overrides of configs/steer.yaml applied before the command line's.
+BENCH_DEFAULTS = ["task=obstacle_reach", "total_env_steps=3000", "eval_every=250", "eval.episodes_during_training=50",
+                  "checkpoint_every=${total_env_steps}"]
 
 
 def collect(base, steps: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -65,24 +70,19 @@ def collect(base, steps: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndar
     return {k: np.asarray(v, np.float32) for k, v in rows.items()}, np.asarray(starts, np.float32)
 
 
-def run(name: str, base, args, imagined_factory=None) -> tuple[dict, SteerTrainer]:
-    c = {"algo": algo_config("dsrl"), "total_env_steps": args.budget, "num_envs": 1, "seed": args.seed,
-         "eval_every": args.eval_every, "checkpoint_every": args.budget,
-         "imagined_envs": args.imagined if imagined_factory else 0,
-         "eval": {"episodes": args.episodes, "episodes_during_training": args.eval_episodes, "seed": EVAL_SEED}}
+def run(name: str, base, cfg, imagined: int = 0, imagined_factory=None) -> tuple[dict, SteerTrainer]:
+    c = {**OmegaConf.to_container(cfg, resolve=True), "imagined_envs": imagined if imagined_factory else 0}
     t0 = time.time()
     trainer = SteerTrainer(c, tempfile.mkdtemp(prefix=f"steer_{name}_"), base, lambda: gym.make(TOY),
                            progress=False, make_imagined_env=imagined_factory)
     trainer.train()
-    final = evaluate_chunked_policy(trainer.steered_policy(), TOY, args.episodes, seed=EVAL_SEED)
+    final = evaluate_chunked_policy(trainer.steered_policy(), TOY, int(cfg.eval.episodes), seed=int(cfg.eval.seed))
     return {"final_success": final["success_rate"], "imagined_env_steps": trainer.imagined_env_steps,
             "wall_min": (time.time() - t0) / 60}, trainer
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True)
-    ap.add_argument("--budget", type=int, default=3000, help="real env steps of each DSRL run")
+    ap = parser(__doc__, "steer", "base=<checkpoint> total_env_steps=3000 seed=1 algo.noise_bound=1.5")
     ap.add_argument("--model-data", type=int, default=600, help="real env steps to fit the world model on")
     ap.add_argument("--model-demos", type=int, default=0,
                     help="fit the world model on this many of the base's training demos instead (no new env "
@@ -90,15 +90,17 @@ def main() -> None:
     ap.add_argument("--demo-seed", type=int, default=0)
     ap.add_argument("--model-steps", type=int, default=3000, help="ensemble training steps")
     ap.add_argument("--imagined", type=int, default=3, help="imagined envs beside the one real env")
-    ap.add_argument("--disagreement", type=float, default=1.0)
-    ap.add_argument("--eval-every", type=int, default=250)
-    ap.add_argument("--eval-episodes", type=int, default=50)
-    ap.add_argument("--episodes", type=int, default=100)
-    ap.add_argument("--target", type=float, default=0.85)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    base = load_policy(args.base)
+    ap.add_argument("--disagreement", type=float, default=1.0,
+                    help="cut imagined episodes where the members disagree by more than this (normalized units)")
+    ap.add_argument("--target", type=float, default=0.85, help="success rate whose first evaluation is reported")
+    args = parse(ap)
+    cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
+    if cfg.task.name != "obstacle_reach" or cfg.algo.mode != "latent":
+        fail(ap, "this benchmark steers on the toy task with DSRL: task=obstacle_reach, a latent algo (algo=dsrl)")
+    if not cfg.base:
+        fail(ap, "base is required: add base=<chunked policy checkpoint folder> (a policy for task=obstacle_reach)")
+    torch.set_num_threads(int(cfg.threads))
+    base = load_policy(cfg.base)
     env = gym.make(TOY)
     if args.model_demos:
         demos = generate_demos(args.model_demos, seed=args.demo_seed)
@@ -113,15 +115,15 @@ def main() -> None:
     def imagined():
         return SingleImaginedEnv(ImaginedEnv(model, starts, 1, env.action_space, 60, args.disagreement,
                                              success_fn=toy_success, observation_space=env.observation_space,
-                                             seed=args.seed))
+                                             seed=int(cfg.seed)))
 
     rows = []
     runs = [("DSRL, real env only", None, 0), (f"DSRL, 1 real + {args.imagined} imagined", imagined, args.model_data)]
     for name, factory, extra in runs:
-        m, trainer = run(name, base, args, factory)
+        m, trainer = run(name, base, cfg, args.imagined, factory)
         hit = [h["env_steps"] for h in trainer.history if h["success_rate"] >= args.target]
         rows.append({"method": name, "real_steps_to_target": hit[0] + extra if hit else "-",
-                     "model_data": extra, **m, "episodes": args.episodes})
+                     "model_data": extra, **m, "episodes": int(cfg.eval.episodes)})
     print_table(rows, ["method", "real_steps_to_target", "model_data", "final_success", "imagined_env_steps",
                        "wall_min", "episodes"])
 
