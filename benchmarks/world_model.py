@@ -4,14 +4,17 @@ imagined successful trajectories (guided vs unguided generator).
 
     nice -n 10 python benchmarks/world_model.py                       # both tasks, all parts
     python benchmarks/world_model.py --tasks hover --parts ranking,error
+    python benchmarks/world_model.py --tasks hover model.data_episodes=32 model.fit_steps=500 seed=1
     python benchmarks/world_model.py --json results.json
 
-Everything runs on CPU with one thread; models are small and runs short (see the flags).
+The model settings are Hydra overrides of ``configs/imagine.yaml`` (as for ``robo imagine``), applied to every
+task of ``--tasks`` after this benchmark's sizes for it (``TASK_DEFAULTS``: ``model.data_episodes``,
+``model.fit_steps``, ``model.hidden_dims``, ``evaluate.episodes``). Everything runs on CPU with one thread;
+models are small and runs short.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -21,27 +24,30 @@ import torch
 from policies.world_model import EnsembleDynamics
 from robo.world_model.rollout import imagine_rollout, open_loop_error, spearman
 from robo.world_model.tasks import ensemble_config, make_task, transitions
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 
-SIZES = {"hover": {"data": 64, "eval": 64, "fit_steps": 1000, "hidden": [128, 128]},
-         "pusht": {"data": 600, "eval": 50, "fit_steps": 8000, "hidden": [200, 200, 200]}}
+# Overrides of configs/imagine.yaml per task, applied before the command line's.
+TASK_DEFAULTS = {"hover": ["model.data_episodes=64", "model.fit_steps=1000", "model.hidden_dims=[128,128]",
+                           "evaluate.episodes=64"],
+                 "pusht": ["model.data_episodes=600", "model.fit_steps=8000", "evaluate.episodes=50"]}
 PUSHT_LEVELS = [0.0, 0.03, 0.05, 0.07, 0.09, 0.11, 0.14, 0.2]  # the expert's random-action probability
 
 
-def fit_model(task, episodes, steps: int, seed: int, hidden: list[int],
-              object_frame: bool = True) -> tuple[EnsembleDynamics, dict]:
-    model = EnsembleDynamics(ensemble_config(task, 5, hidden, object_frame))
+def fit_model(task, episodes, steps: int, seed: int, hidden: list[int], object_frame: bool = True,
+              members: int = 5) -> tuple[EnsembleDynamics, dict]:
+    model = EnsembleDynamics(ensemble_config(task, members, list(hidden), object_frame))
     t = time.perf_counter()
     stats = model.fit(transitions(episodes), steps=steps, seed=seed)
     stats["fit_seconds"] = time.perf_counter() - t
     return model, stats
 
 
-def ranking(task, model, sizes, levels, seed: int, sample: str = "mean") -> dict:
+def ranking(task, model, episodes: int, levels, seed: int, sample: str = "mean") -> dict:
     real, imagined, score, names = [], [], [], []
-    start_eps, _ = task.collect(task.behaviour(seed + 7), sizes["eval"], seed=seed + 30_000)
+    start_eps, _ = task.collect(task.behaviour(seed + 7), episodes, seed=seed + 30_000)
     start = np.stack([e["obs"][0] for e in start_eps])
     for name, pol in task.ladder(levels, seed):
-        _, ok = task.collect(pol, sizes["eval"], seed=seed + 20_000)
+        _, ok = task.collect(pol, episodes, seed=seed + 20_000)
         r = imagine_rollout(model, pol, start, task.episode_steps, task, sample=sample)
         real.append(float(ok.mean()))
         imagined.append(float(r["success"].mean()))
@@ -82,40 +88,44 @@ def latent_benchmark(seed: int, episodes: int = 8, steps: int = 300) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default="hover,pusht")
+    ap = parser(__doc__, "imagine", "model.fit_steps=500 model.object_frame=false seed=1")
+    ap.add_argument("--tasks", default="hover,pusht", help="comma-separated: hover, pusht")
     ap.add_argument("--parts", default="ranking,error,synthesis,latent")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=None)
     ap.add_argument("--sample", default="mean", help="imagined rollouts: mean (of members) or member (MBPO draws)")
-    ap.add_argument("--object-frame", action=argparse.BooleanOptionalAction, default=True,
-                    help="push-T: the model's inputs and the block's motion in the block's frame")
-    ap.add_argument("--data", type=int, default=None, help="episodes of model-training data (default per task)")
-    args = ap.parse_args()
+    ap.add_argument("--json", default=None)
+    args = parse(ap)
+    if any(o.lstrip("+~").startswith("task=") for o in args.overrides):
+        fail(ap, "the tasks are --tasks (each is task=<name>)")
+    names = args.tasks.split(",")
+    unknown = sorted(set(names) - TASK_DEFAULTS.keys())
+    if unknown:
+        fail(ap, f"--tasks {','.join(unknown)}: choose among {', '.join(TASK_DEFAULTS)}")
+    configs = {name: command_config(ap, "imagine", [f"task={name}", *TASK_DEFAULTS[name], *args.overrides])
+               for name in names}
     torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(int(configs[names[0]].seed))  # once: the tasks share the seed and the generator
     parts = args.parts.split(",")
     rows: list[tuple[str, str, str]] = []
     results: dict = {}
-    for name in args.tasks.split(","):
-        task, sizes = make_task(name), dict(SIZES[name])
-        sizes["data"] = args.data or sizes["data"]
+    for name, cfg in configs.items():
+        seed, m = int(cfg.seed), cfg.model
+        task = make_task(name)
         t0 = time.perf_counter()
-        data, _ = task.collect(task.behaviour(args.seed), sizes["data"], seed=args.seed)
+        data, _ = task.collect(task.behaviour(seed), int(m.data_episodes), seed=seed)
         n = sum(len(e["obs"]) for e in data)
-        model, stats = fit_model(task, data, sizes["fit_steps"], args.seed, sizes["hidden"], args.object_frame)
+        model, stats = fit_model(task, data, int(m.fit_steps), seed, m.hidden_dims, m.object_frame, int(m.members))
         print(f"{name}: {n} transitions, fit {stats}", flush=True)
         res = results[name] = {"transitions": n, **stats}
         rows.append((name, "model: transitions / holdout MSE (normalized)", f"{n} / {stats['holdout_mse']:.4f}"))
         if "error" in parts:
-            held, _ = task.collect(task.behaviour(args.seed + 1), 16, seed=args.seed + 40_000)
+            held, _ = task.collect(task.behaviour(seed + 1), 16, seed=seed + 40_000)
             e = res["error"] = prediction_error(task, model, held)
             rows.append((name, "1-step MAE vs sim (obs units)", f"{e['one_step_mae']:.5f}"))
             rows.append((name, "50-step open-loop MAE vs sim (copy-start baseline)",
                          f"{e['fifty_step_mae']:.4f} ({e['copy_start_50_mae']:.4f})"))
         if "ranking" in parts:
             levels = PUSHT_LEVELS if name == "pusht" else task.default_levels
-            r = res["ranking"] = ranking(task, model, sizes, levels, args.seed, args.sample)
+            r = res["ranking"] = ranking(task, model, int(cfg.evaluate.episodes), levels, seed, args.sample)
             rows.append((name, f"ranking: Spearman imagined vs sim success ({len(levels)} policies)",
                          f"{r['spearman']:.3f}"))
             rows.append((name, "ranking: Spearman imagined mean max reward vs sim success",
@@ -125,11 +135,11 @@ def main() -> None:
         if "synthesis" in parts and name == "pusht":
             from robo.world_model.synthesize import synthesis_experiment
 
-            s = res["synthesis"] = synthesis_experiment(task, data, seed=args.seed)
+            s = res["synthesis"] = synthesis_experiment(task, data, seed=seed)
             for k, v in s.items():
                 rows.append((name, f"synthesis: {k}", f"{v:.3f}" if isinstance(v, float) else str(v)))
         if "latent" in parts and name == "pusht":
-            lat = res["latent"] = latent_benchmark(args.seed)
+            lat = res["latent"] = latent_benchmark(seed)
             rows.append((name, "latent image model: next-frame MSE (copy-frame baseline)",
                          f"{lat['next_frame_mse']:.4f} ({lat['copy_frame_mse']:.4f})"))
         res["seconds"] = time.perf_counter() - t0
