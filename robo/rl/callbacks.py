@@ -34,7 +34,8 @@ class TrainingCallback(BaseCallback):
         total_steps: env steps of the whole run (for the progress bar).
         evaluate: ``() -> metrics dict`` scoring the current actor (run every ``eval_every`` env steps).
         on_eval: ``(step, metrics) -> None`` after each evaluation (curriculum, history, plots).
-        checkpoint: ``(step) -> None`` writing a checkpoint (every ``checkpoint_every`` env steps).
+        checkpoint: ``(step) -> None`` writing a checkpoint (every ``checkpoint_every`` env steps before
+            ``total_steps``: the caller writes the final one after the last gradient steps).
         progress: show a tqdm bar with the recent return and position error.
         stop: ``(metrics) -> bool``; training ends after an evaluation for which it is true.
         on_episode_end: ``(level, score) -> None`` for every finished episode that played a
@@ -106,7 +107,8 @@ class TrainingCallback(BaseCallback):
                 return False
         if self.num_timesteps >= self._next_ckpt:
             self._next_ckpt += self.checkpoint_every
-            self._checkpoint()
+            if self.num_timesteps < self.total_steps:
+                self._checkpoint()
         return True
 
     def _evaluate(self) -> dict:

@@ -2,7 +2,8 @@
 
 Checkpoint folder ``checkpoints/latest`` (replaced atomically each time):
 ``policy/`` (the deployable actor as a robo ``MLPPolicy``: safetensors + config),
-``sb3.zip`` (optimizer and networks), ``replay_buffer.pkl`` (off-policy algorithms),
+``sb3.zip`` (optimizer and networks), ``replay_buffer.pkl`` (off-policy algorithms: its filled rows, the run's
+only copy, for resume),
 ``state.json`` (env steps, evaluation history, curriculum state).
 
 Checkpoint folder ``checkpoints/best``: the deployable actor (``policy/``) of the best
@@ -34,6 +35,7 @@ from robo.curriculum.level_sampler import LevelReplayParamSampler
 from robo.evaluate import flight_metrics, rollout
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
+from robo.rl.replay_file import load_filled, save_filled
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.rl.trim import trim_policy
 from sims.envs import OBS_DIM, QuadrotorVectorEnv, make_batched_task
@@ -242,7 +244,7 @@ class Trainer:
             self.policy().save(tmp / "policy")
             self.model.save(tmp / "sb3.zip")
             if isinstance(self.model, OffPolicyAlgorithm):
-                self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
+                save_filled(self.model, tmp / "replay_buffer.pkl")
             if isinstance(self.sb3_env, VecNormalize):
                 self.sb3_env.save(str(tmp / "vec_normalize.pkl"))
             if self.actor_average is not None:
@@ -258,7 +260,7 @@ class Trainer:
         cls = ALGORITHMS[self.c["algo"]["name"]]
         self.model = cls.load(path / "sb3.zip", env=self.sb3_env, tensorboard_log=str(self.run_dir / "tensorboard"))
         if (path / "replay_buffer.pkl").exists() and isinstance(self.model, OffPolicyAlgorithm):
-            self.model.load_replay_buffer(path / "replay_buffer.pkl")
+            load_filled(self.model, path / "replay_buffer.pkl")
         if self.actor_average is not None:
             self.actor_average.attach(self.model)
             self.actor_average.actor.load_state_dict(load_file(path / AVERAGE_FILE))

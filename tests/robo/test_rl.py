@@ -64,10 +64,16 @@ def train_config(tmp, **over):
 def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):
     c = train_config(tmp_path)
     first = Trainer(c, tmp_path)
+    saved_at, save = [], first.save_checkpoint
+    first.save_checkpoint = lambda step: saved_at.append(step) or save(step)
     first.train(progress=False)
+    assert saved_at == [200, 400]  # every checkpoint_every, and the final one once
     latest = tmp_path / "checkpoints" / "latest"
     state = json.loads((latest / "state.json").read_text())
     assert state["step"] == 400 and {"policy", "sb3.zip", "replay_buffer.pkl"} <= {p.name for p in latest.iterdir()}
+    assert list(tmp_path.rglob("*.pkl")) == [latest / "replay_buffer.pkl"]  # the buffer is kept for resume only
+    filled = first.model.replay_buffer  # 100 of 1250 rows: the file holds those, not the allocation
+    assert (latest / "replay_buffer.pkl").stat().st_size < filled.observations.nbytes / 4
     policy = load_policy(latest / "policy")
     obs = np.zeros((2, 22), np.float32)
     np.testing.assert_allclose(policy.act(obs), first.policy().act(obs), atol=1e-7)
@@ -75,6 +81,17 @@ def test_checkpoint_holds_a_loadable_policy_and_resume_continues(tmp_path):
 
     c2 = train_config(tmp_path, total_steps=800)
     second = Trainer(c2, tmp_path)
+    load = second._load_checkpoint
+
+    def load_and_compare(path):  # the buffer comes back whole, at its full capacity
+        step = load(path)
+        back = second.model.replay_buffer
+        assert back.pos == filled.pos and back.observations.shape == filled.observations.shape
+        np.testing.assert_array_equal(back.next_observations, filled.next_observations)
+        np.testing.assert_array_equal(back.rewards, filled.rewards)
+        return step
+
+    second._load_checkpoint = load_and_compare
     final = second.train(resume=True, progress=False)
     assert second.model.replay_buffer.size() > buffer_size  # the old transitions came back
     assert final["step"] == 800 and [h["step"] for h in second.history][:2] == [h["step"] for h in first.history][:2]
