@@ -11,7 +11,8 @@ from sims.envs.task import BatchedQuadrotorTask
 def write_flight_media(run_dir: Path, task: BatchedQuadrotorTask, r: Rollout, title: str, plot_envs: int = 16,
                        video: dict | None = None) -> dict[str, Path]:
     """``plots/trajectories.png`` of up to ``plot_envs`` envs and, if ``video["enabled"]``,
-    ``videos/flight.mp4`` of env ``video["env_index"]`` rendered from MuJoCo."""
+    ``videos/flight.mp4`` of env ``video["env_index"]`` rendered from MuJoCo; ``title`` (say which policy flies)
+    heads the plot and captions the video."""
     from sims.quadrotor.render import plot_trajectories_png, render_flight_mp4
 
     out = {}
@@ -25,5 +26,5 @@ def write_flight_media(run_dir: Path, task: BatchedQuadrotorTask, r: Rollout, ti
         out["video"] = render_flight_mp4(task.sim.params.to_params(i), r.states[::stride, i],
                                          run_dir / "videos" / "flight.mp4", fps=fps,
                                          width=int(video.get("width", 480)), height=int(video.get("height", 360)),
-                                         target=r.reference[::stride, i])
+                                         target=r.reference[::stride, i], caption=title)
     return out

@@ -8,16 +8,19 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from robo.evaluate import flight_metrics, rollout
+from robo.evaluate import rollout
+from robo.factory import make_policy
 from robo.media import write_flight_media
 from robo.plots import plot_learning_curve
-from robo.rl.trainer import Trainer
+from robo.rl.trainer import BEST, LATEST, Trainer
 from robo import run_dir as run_dir_module
 from robo.run_dir import write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"resume", "total_steps", "threads", "video", "plot_envs"}
 IMITATION_ONLY = ("dataset", "extra_dataset", "demos")  # train.yaml keys that RL training does not read
+SUMMARY_KEYS = {"step": "step", "median_position_error": "final_median_position_error", "crashes": "crashes",
+                "success_rate": "success_rate"}  # summary name -> evaluation key
 
 
 def check_resume_config(run_dir: Path, c: dict) -> None:
@@ -47,17 +50,34 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     write_json(run_dir / "eval_history.json", trainer.history)
     plot_learning_curve(trainer.history, run_dir / "plots" / "learning_curve.png",
                         title=f"{c['algo']['name']} on {c['task']['name']} ({c['robot']['preset']})")
+    policy, which = deployed_actor(trainer, run_dir, final["step"])
     task = trainer.evaluation_task()
-    r = rollout(trainer.policy(), task, float(c["eval"]["seconds"]))
-    write_flight_media(run_dir, task, r, f"{c['task']['name']}: {c['algo']['name']} on {c['robot']['preset']}",
-                       int(c["plot_envs"]), c["video"])
-    metrics = {**final, **{f"task_{k}": v for k, v in flight_metrics(r).items()}}
-    write_json(run_dir / "metrics.json", metrics)
+    r = rollout(policy, task, float(c["eval"]["seconds"]))
+    write_flight_media(run_dir, task, r, f"{c['task']['name']}: {c['algo']['name']} on {c['robot']['preset']}, "
+                       f"{which}", int(c["plot_envs"]), c["video"])
+    result = summary(trainer.best, final, run_dir)
+    write_json(run_dir / "metrics.json", {"deployed_policy": result["deployed_policy"], "best": trainer.best,
+                                          "last_actor": final})
     log.info("run folder: %s", run_dir)
-    result = {k: metrics[k] for k in ("step", "final_median_position_error", "crashes", "success_rate", "wall_time")
-              if k in metrics}
-    if trainer.best is not None:  # checkpoints/best: the best evaluation's actor
-        result.update(best_step=trainer.best["step"],
-                      best_median_position_error=trainer.best["final_median_position_error"],
-                      best_crashes=trainer.best["crashes"])
     return result
+
+
+def deployed_actor(trainer: Trainer, run_dir: Path, last_step: int) -> tuple:
+    """(policy, words for a title): the kept best actor (``checkpoints/best/policy``, loaded as ``robo eval``
+    loads it), or, when no evaluation kept one, the last actor as evaluations fly it."""
+    best = run_dir / "checkpoints" / BEST / "policy"
+    if trainer.best is not None and best.exists():
+        return make_policy({"kind": "checkpoint", "path": str(best)}), f"best actor from step {trainer.best['step']}"
+    return trainer.deployed_policy()[0], f"last actor, step {last_step} (no best kept)"
+
+
+def summary(best: dict | None, last: dict, run_dir: Path) -> dict:
+    """What ``robo train`` prints: the deployed policy's folder and evaluation (the kept best), then the last
+    actor's, each as step, median final position error (m), crashes and success rate."""
+    def scores(m: dict, prefix: str) -> dict:
+        return {f"{prefix}{name}": m[k] for name, k in SUMMARY_KEYS.items() if k in m}
+
+    if best is None:
+        return {"deployed_policy": str(run_dir / "checkpoints" / LATEST / "policy"), **scores(last, "last_actor_")}
+    return {"deployed_policy": str(run_dir / "checkpoints" / BEST / "policy"), **scores(best, "best_"),
+            **scores(last, "last_actor_")}

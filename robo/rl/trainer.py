@@ -32,7 +32,7 @@ from policies.checkpoint import atomic_directory
 from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevelReplay, ScheduledCurriculum,
                              apply)
 from robo.curriculum.level_sampler import LevelReplayParamSampler
-from robo.evaluate import flight_metrics, rollout
+from robo.evaluate import describe, flight_metrics, rollout
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
 from robo.rl.replay_file import load_filled, save_filled
@@ -203,9 +203,8 @@ class Trainer:
     def _on_eval(self, step: int, m: dict) -> None:
         m = {"step": step, **m}
         self.history.append(m)
+        log.info("step %d: %s%s", step, describe(m), f", return {m['train_return']:.1f}" if "train_return" in m else "")
         self._keep_if_best(m)
-        log.info("step %d: median error %.4f m, crashes %d, success %.2f, return %.1f", step,
-                 m["final_median_position_error"], m["crashes"], m["success_rate"], m.get("train_return", float("nan")))
         if self.curriculum is not None:
             values = self.curriculum.update(step, m)
             self._apply_curriculum(values)
@@ -238,6 +237,7 @@ class Trainer:
         with atomic_directory(self.ckpt_dir / BEST) as tmp:
             (flown if flown is not None else self.deployed_policy())[0].save(tmp / "policy")
             (tmp / "metrics.json").write_text(json.dumps(m, indent=1, default=float))
+        log.info("new best at step %d: %s -> %s", m["step"], describe(m), f"{self.ckpt_dir.name}/{BEST}")
 
     def save_checkpoint(self, step: int) -> Path:
         with atomic_directory(self.ckpt_dir / LATEST) as tmp:

@@ -107,6 +107,9 @@ def trim_policy(policy: Policy, quad: QuadrotorParams, iterations: int = 2, star
     total, before, best = total[0], float(before[0]), float(best[0])
     trimmed = shifted(policy, total) if total.any() else policy
     record = {"offset_m": [float(x) for x in total], "median_error_m": before, "trimmed_median_error_m": best}
-    log.info("trim %.3f kg: offset %s cm, median error %.3f -> %.3f m", quad.mass, np.round(total * 100, 2),
-             before, best)
+    if np.isfinite(before):
+        log.info("trim %.3f kg: offset %s cm, median error %.3f -> %.3f m", quad.mass, np.round(total * 100, 2),
+                 before, best)
+    else:
+        log.info("trim %.3f kg: no offset to measure (more than half of %d starts crashed)", quad.mass, starts)
     return trimmed, record

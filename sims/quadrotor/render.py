@@ -97,7 +97,7 @@ class StateRenderer:
 
 def render_flight_mp4(params: QuadrotorParams, states: np.ndarray, path: str | os.PathLike, fps: float | None = None,
                       width: int = 480, height: int = 360, target: np.ndarray | None = None,
-                      obstacles: list[dict] | None = None) -> Path:
+                      obstacles: list[dict] | None = None, caption: str = "") -> Path:
     """Render a flight, seen from the ``chase`` camera, to an MP4 file (codec mp4v).
 
     Args:
@@ -108,6 +108,7 @@ def render_flight_mp4(params: QuadrotorParams, states: np.ndarray, path: str | o
         width, height: frame size in pixels (at most 1920 x 1080).
         target: (3,) or (T, 3) world positions of a goal marker (green sphere), m.
         obstacles: static obstacles, as in ``build_mjcf``.
+        caption: a line of text drawn at the top left of every frame (e.g. which policy flies).
 
     Returns:
         The path written.
@@ -128,8 +129,10 @@ def render_flight_mp4(params: QuadrotorParams, states: np.ndarray, path: str | o
             raise RuntimeError(f"OpenCV could not open an mp4v video writer for {tmp}")
         with StateRenderer(params, width, height, tgt is not None, obstacles) as renderer:
             for k, x in enumerate(s):
-                frame = renderer.render(x, None if tgt is None else tgt[k])
-                writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+                frame = cv2.cvtColor(renderer.render(x, None if tgt is None else tgt[k]), cv2.COLOR_RGB2BGR)
+                if caption:  # dark on the light sky
+                    cv2.putText(frame, caption, (8, 18), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (20, 20, 20), 1, cv2.LINE_AA)
+                writer.write(frame)
         writer.release()
         os.replace(tmp, path)
     finally:

@@ -2,6 +2,7 @@
 checkpoints, resume and divergence handling."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from tests.hydra_configs import composed_dict
 
 from policies.registry import load_policy
 from robo.commands.train import check_resume_config
+from robo.evaluate import rollout
+from robo.media import write_flight_media
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import DivergenceError
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
@@ -184,21 +187,27 @@ def test_observation_normalization_is_carried_by_the_exported_actor(tmp_path):
     assert not torch.allclose(saved.model.obs_std, torch.ones(22))
 
 
-def test_best_checkpoint_keeps_the_best_evaluated_policy_across_resume(tmp_path):
+def test_best_checkpoint_keeps_the_best_evaluated_policy_across_resume(tmp_path, caplog):
     obs = np.random.default_rng(0).normal(size=(8, 22)).astype(np.float32)
-    scores = iter([(3, 0.01), (0, 0.2), (0, 0.3), (1, 0.001), (0, 0.25), (0, 0.4), (0, 0.5)])
+    scores = iter([(3, float("inf")), (0, 0.2), (0, 0.3), (1, 0.001), (0, 0.25), (0, 0.4), (0, 0.5)])
     acted = {}
 
     def make_fake_eval(trainer):
         def fake_eval():  # crashes first, then median error decide
             crashes, err = next(scores, (0, 0.9))
             acted[trainer.model.num_timesteps] = trainer.policy().act(obs)
-            return {"crashes": crashes, "final_median_position_error": err, "success_rate": 0.0}
+            return {"num_envs": 3, "crashes": crashes, "final_median_position_error": err, "success_rate": 0.0}
         return fake_eval
 
     t = Trainer(train_config(tmp_path, total_steps=800), tmp_path)
     t.evaluate = make_fake_eval(t)
-    t.train(progress=False)
+    with caplog.at_level("INFO", logger="robo.rl.trainer"):
+        t.train(progress=False)
+    logged = [re.sub(r", return -?[\d.]+$", "", r.getMessage()) for r in caplog.records]
+    assert logged[:4] == ["step 200: all 3 crashed", "new best at step 200: all 3 crashed -> checkpoints/best",
+                          "step 400: median error 20.00 cm, 0 crashes, success 0.00",
+                          "new best at step 400: median error 20.00 cm, 0 crashes, success 0.00 -> checkpoints/best"]
+    assert sum("new best" in line for line in logged) == 2 and not any("inf" in line for line in logged)
     best = tmp_path / "checkpoints" / "best"
     assert json.loads((best / "metrics.json").read_text())["step"] == 400
     np.testing.assert_allclose(load_policy(best / "policy").act(obs), acted[400], atol=1e-6)
@@ -208,6 +217,39 @@ def test_best_checkpoint_keeps_the_best_evaluated_policy_across_resume(tmp_path)
     t2.evaluate = make_fake_eval(t2)
     t2.train(resume=True, progress=False)
     assert json.loads((best / "metrics.json").read_text())["step"] == 400
+
+
+def test_train_command_summary_and_media_show_the_kept_best_actor(tmp_path, monkeypatch):
+    """`robo train` leads its summary with checkpoints/best (the deployed actor) and flies that actor, loaded
+    as `robo eval` loads it, for the trajectory plot and the video, whose titles name its step."""
+    import robo.commands.train as train_command
+
+    scores = iter([(0, 0.01), (0, 0.5)])  # the best at step 200, a worse last actor
+
+    def fake_eval(self):
+        crashes, err = next(scores, (1, 0.6))
+        return {"num_envs": 4, "crashes": crashes, "final_median_position_error": err, "success_rate": 0.5}
+
+    flown, titled = [], []
+    monkeypatch.setattr(Trainer, "evaluate", fake_eval)
+    monkeypatch.setattr(train_command, "rollout", lambda p, task, s: flown.append(p) or rollout(p, task, s))
+    monkeypatch.setattr(train_command, "write_flight_media",
+                        lambda run_dir, task, r, title, *a: titled.append(title) or write_flight_media(
+                            run_dir, task, r, title, *a))
+    video = {"video.width": 96, "video.height": 64, "video.fps": 10}
+    result = train_command.run(OmegaConf.create(train_config(tmp_path, **video)), tmp_path)
+    best = tmp_path / "checkpoints" / "best" / "policy"
+    assert list(result) == ["deployed_policy", "best_step", "best_median_position_error", "best_crashes",
+                            "best_success_rate", "last_actor_step", "last_actor_median_position_error",
+                            "last_actor_crashes", "last_actor_success_rate"]
+    assert result["deployed_policy"] == str(best) and result["best_step"] == 200 and result["last_actor_step"] == 400
+    assert (result["best_median_position_error"], result["last_actor_crashes"]) == (0.01, 1)
+    obs = np.random.default_rng(0).normal(size=(8, 22)).astype(np.float32)
+    np.testing.assert_array_equal(flown[0].act(obs), load_policy(best).act(obs))
+    assert titled == ["hover: sac on crazyflie, best actor from step 200"]
+    assert (tmp_path / "plots" / "trajectories.png").exists() and (tmp_path / "videos" / "flight.mp4").exists()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["best"]["step"] == 200 and metrics["last_actor"]["step"] == 400
 
 
 def test_actor_average_moves_toward_the_actor_at_its_rate():
