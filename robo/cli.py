@@ -12,6 +12,7 @@ or else leaves it marked by a ``FAILED`` file with the traceback. ``ROBO_DEBUG=1
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import shutil
@@ -217,6 +218,8 @@ def summary(command: str, result: dict, run_dir: Path) -> str:
     width = max((len(k) for k in result), default=0)
     lines = [f"robo {command}: results", "-" * (width + 16)]
     for k, v in result.items():
+        if isinstance(v, float) and math.isinf(v):  # an error over no surviving flight
+            v = "none (every flight crashed)"
         lines.append(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     lines.append(f"run folder: {run_dir}")
     return "\n".join(lines)
