@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from .base import ArrayLike, Policy
@@ -89,6 +91,93 @@ def split_observation(obs, obs_dim: int, image_shape: list[int] | None, time_ste
 def state_of(obs):
     """The state part of an observation input (the array itself, or a dict's "state")."""
     return obs.get("state") if isinstance(obs, dict) else obs
+
+
+class ChunkQueue:
+    """Receding-horizon execution of action chunks for B envs (LeRobot's ``select_action`` queues).
+
+    Per env it keeps the window of the last ``n_obs_steps`` observations, ``state`` (B, n_obs_steps, obs_dim)
+    and for image policies ``image`` (B, n_obs_steps, 3, H, W), and ``plan`` (B, n_action_steps, action_dim),
+    the executed part ``[n_obs_steps - 1 : n_obs_steps - 1 + n_action_steps]`` of the env's last chunk, with
+    ``used`` (B,), the index of its next action (``n_action_steps``: plan again). An env's first observation
+    (at the start and after ``reset(mask)``) fills its whole window, and it plans again at once.
+    """
+
+    def __init__(self, batch: int, n_obs_steps: int, n_action_steps: int):
+        self.n_obs_steps, self.n_action_steps = n_obs_steps, n_action_steps
+        self.state: torch.Tensor | None = None  # made by the first ``step``, as are image and plan
+        self.image: torch.Tensor | None = None
+        self.plan: torch.Tensor | None = None
+        self.used = torch.full((batch,), n_action_steps, dtype=torch.long)
+        self.fresh = torch.ones(batch, dtype=torch.bool)  # (B,) the next observation fills the env's window
+
+    @property
+    def batch(self) -> int:
+        return self.fresh.shape[0]
+
+    def reset(self, mask: ArrayLike) -> None:
+        """Restart the envs where ``mask`` (B,) is true: their next observation fills the window and plans."""
+        m = torch.as_tensor(np.asarray(mask), dtype=torch.bool).flatten()
+        if m.shape != self.fresh.shape:
+            raise ValueError(f"reset mask has shape {tuple(m.shape)}, expected ({self.batch},)")
+        self.fresh |= m
+        self.used[m] = self.n_action_steps
+
+    def step(self, state: torch.Tensor, image: torch.Tensor | None,
+             plan: Callable[[torch.Tensor, ArrayLike], ArrayLike]) -> torch.Tensor:
+        """Push state (B, obs_dim) (and image (B, 3, H, W)), plan where the plans are used up, pop one action each
+        -> (B, action_dim). ``plan(need (B,) bool, window)`` returns the N = need.sum() envs' chunks (N, horizon,
+        action_dim) from their windows, given as ``predict_chunk`` takes them: (N, n_obs_steps, obs_dim), or
+        ``{"state": that, "image": (N, n_obs_steps, 3, H, W)}``."""
+        self.state = self._push(self.state, state)
+        if image is not None:
+            self.image = self._push(self.image, image)
+        self.fresh = torch.zeros_like(self.fresh)
+        need = self.used >= self.n_action_steps
+        if bool(need.any()):
+            window = self.state[need] if image is None else {"state": self.state[need], "image": self.image[need]}
+            start = self.n_obs_steps - 1
+            executed = torch.as_tensor(plan(need, window))[:, start:start + self.n_action_steps]
+            if self.plan is None:
+                self.plan = torch.zeros(self.batch, *executed.shape[1:])
+            self.plan[need] = executed
+            self.used[need] = 0
+        action = self.plan[torch.arange(self.batch), self.used]
+        self.used += 1
+        return action
+
+    def _push(self, window: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+        """window (B, n_obs_steps, ...) shifted by one step with x (B, ...) as the newest; fresh envs' windows
+        are x repeated."""
+        filled = x[:, None].expand(-1, self.n_obs_steps, *x.shape[1:])
+        if window is None:
+            return filled.clone()
+        shifted = torch.cat([window[:, 1:], x[:, None]], dim=1)
+        return torch.where(self.fresh.view(-1, *([1] * (shifted.ndim - 1))), filled, shifted)
+
+
+class QueuedActing:
+    """``reset(mask)`` and ``queued_action`` for a ``ChunkedPolicy`` acting through a ``ChunkQueue``.
+
+    The queue is made by the first ``act`` after a full reset, or when the batch size changes, with the
+    policy's own ``n_obs_steps`` and ``n_action_steps`` (a weight-sharing copy, ``with_config``, gets its own)."""
+
+    _queue: ChunkQueue | None = None
+
+    def reset(self, mask: ArrayLike | None = None) -> None:
+        """Clear the observation and action queues of the envs where ``mask`` (B,) is true (all if None)."""
+        if mask is None or self._queue is None:
+            self._queue = None
+        else:
+            self._queue.reset(mask)
+
+    def queued_action(self, state: torch.Tensor, image: torch.Tensor | None,
+                      plan: Callable[[torch.Tensor, ArrayLike], ArrayLike]) -> torch.Tensor:
+        """``ChunkQueue.step`` on this policy's queue: state (B, obs_dim), image (B, 3, H, W) or None ->
+        action (B, action_dim)."""
+        if self._queue is None or self._queue.batch != state.shape[0]:
+            self._queue = ChunkQueue(state.shape[0], self.n_obs_steps, self.n_action_steps)
+        return self._queue.step(state, image, plan)
 
 
 NOISE_DISTRIBUTIONS = ("normal", "uniform")

@@ -3,7 +3,7 @@
 ``DiffusionModel`` (an nn.Module) holds the normalizers, the optional image encoder and the
 U-Net; ``DiffusionPolicy`` implements robo's ``ChunkedPolicy`` around it: training loss,
 deterministic-given-noise sampling with diffusers schedulers, EMA weights for inference, and
-LeRobot-style per-environment observation / action queues in ``act``.
+LeRobot-style per-environment observation / action queues in ``act`` (``policies.chunked.ChunkQueue``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from diffusers import DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler
 from torch import nn
 
-from ..base import ArrayLike
+from ..base import ArrayLike, like_input
 from ..checkpoint import load_checkpoint, save_checkpoint
-from ..chunked import check_tensor, split_observation, state_of
+from ..chunked import QueuedActing, check_tensor, split_observation, state_of
 from ..ema import AveragedWeights, make_ema
 from ..normalize import Normalizer, check_policy_stats
 from ..registry import register
@@ -51,7 +51,7 @@ class DiffusionModel(nn.Module):
 
 
 @register(trainable=True)
-class DiffusionPolicy(AveragedWeights):
+class DiffusionPolicy(QueuedActing, AveragedWeights):
     """``ChunkedPolicy`` with a diffusion denoiser. See ``policies/chunked.py`` for the shapes.
 
     ``noise`` is the initial sample x_T of the reverse process, in the normalized action space
@@ -72,7 +72,6 @@ class DiffusionPolicy(AveragedWeights):
                                              prediction_type=c.prediction_type)
         self.obs_dim, self.action_dim = c.obs_dim, c.action_dim
         self.n_obs_steps, self.horizon, self.n_action_steps = c.n_obs_steps, c.horizon, c.n_action_steps
-        self._queues: dict[str, torch.Tensor] | None = None
 
     # Weights -------------------------------------------------------------------------------
     @property
@@ -146,14 +145,6 @@ class DiffusionPolicy(AveragedWeights):
         actions = model.action_normalizer.unnormalize(x)
         return actions.numpy() if isinstance(state_of(obs_history), np.ndarray) else actions
 
-    def reset(self, mask: ArrayLike | None = None) -> None:
-        """Forget observation and action queues (all envs, or those where mask (B,) is true)."""
-        if mask is None or self._queues is None:
-            self._queues = None
-            return
-        mask = torch.as_tensor(mask, dtype=torch.bool)
-        self._queues["fresh"] |= mask
-
     @torch.no_grad()
     def act(self, obs, noise: ArrayLike | None = None) -> ArrayLike:
         """obs (B, obs_dim) (or {"state", "image": (B, 3, H, W)}) -> action (B, action_dim).
@@ -162,31 +153,11 @@ class DiffusionPolicy(AveragedWeights):
         when its planned actions are used up, plan a chunk from ``noise[b]`` and queue its
         executed part (n_action_steps actions)."""
         state, image = self._inputs(obs, time_axis=False)
-        B, To = state.shape[0], self.n_obs_steps
-        q = self._queues
-        if q is None or q["obs"].shape[0] != B:
-            q = self._queues = {"obs": state[:, None].repeat(1, To, 1),
-                                "plan": torch.zeros(B, self.n_action_steps, self.action_dim),
-                                "used": torch.full((B,), self.n_action_steps), "fresh": torch.ones(B, dtype=torch.bool)}
-            if image is not None:
-                q["image"] = image[:, None].repeat(1, To, 1, 1, 1)
-        fresh = q["fresh"]
-        for key, x in (("obs", state), ("image", image)):
-            if x is not None:
-                stacked = x[:, None].expand_as(q[key])
-                q[key] = torch.where(_bcast(fresh, q[key]), stacked, torch.cat([q[key][:, 1:], x[:, None]], dim=1))
-        q["used"][fresh] = self.n_action_steps
-        q["fresh"] = torch.zeros(B, dtype=torch.bool)
-        plan = q["used"] >= self.n_action_steps
-        if bool(plan.any()):
-            noise_t = self._noise(noise, B, None)[plan]
-            hist = {"state": q["obs"][plan], "image": q["image"][plan] if image is not None else None}
-            chunk = torch.as_tensor(self.predict_chunk(hist, noise_t))
-            q["plan"][plan] = chunk[:, self.config.executed_slice]
-            q["used"][plan] = 0
-        action = q["plan"][torch.arange(B), q["used"]]
-        q["used"] += 1
-        return action.numpy() if isinstance(state_of(obs), np.ndarray) else action
+
+        def plan(need: torch.Tensor, window) -> torch.Tensor:
+            return self.predict_chunk(window, self._noise(noise, state.shape[0], None)[need])
+
+        return like_input(self.queued_action(state, image, plan), state_of(obs))
 
     # Checkpoints ----------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -203,7 +174,3 @@ class DiffusionPolicy(AveragedWeights):
         for module in policy.weight_copies():  # the average starts from the loaded weights
             module.load_state_dict(tensors)
         return policy
-
-
-def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return mask.reshape(-1, *([1] * (like.ndim - 1)))
