@@ -98,11 +98,16 @@ class TorchPolicyCheckpointing:
                                {"num_parameters": self.num_parameters})
 
     @classmethod
+    def config_from_saved(cls, saved: dict):
+        """The config dataclass of a checkpoint's saved config fields."""
+        return cls.config_class(**saved)
+
+    @classmethod
     def load(cls, directory: str | Path):
         kind, cfg, tensors, _ = load_checkpoint(directory)
         if kind != cls.kind:
             raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
-        policy = cls(cls.config_class(**cfg))
+        policy = cls(cls.config_from_saved(cfg))
         for module in policy.weight_copies():
             module.load_state_dict(tensors)
         return policy
