@@ -135,9 +135,6 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []  # (policy, steps, success, train s, latency ms (median, min), auroc mean, auroc max)
-    latency = chunk_latency_ms
-
-
     energy = policy_of(args.energy)
     trained = (energy.config.n_steps, energy.config.n_candidates)
     low_cover = (float("nan"), float("nan"))
@@ -153,11 +150,11 @@ def main() -> None:
                 a_mean, a_max = auroc(mean_e, ~ok), auroc(max_e, ~ok)
                 low_cover = (auroc(mean_e, bad), auroc(max_e, bad))
             rows.append((name, k, success_rate(energy, args.episodes, args.energy if (k, n) == trained else None),
-                         train_time(args.energy), latency(energy), a_mean, a_max))
+                         train_time(args.energy), chunk_latency_ms(energy), a_mean, a_max))
     if args.ibc:
         ibc = policy_of(args.ibc)
         rows.append(("implicit_bc (DFO)", ibc.config.dfo_iters, success_rate(ibc, args.episodes, args.ibc),
-                     train_time(args.ibc), latency(ibc, 10), float("nan"), float("nan")))
+                     train_time(args.ibc), chunk_latency_ms(ibc, 10), float("nan"), float("nan")))
     if args.diffusion:
         diffusion = policy_of(args.diffusion)
         success, trained = success_rate(diffusion, args.episodes, args.diffusion), train_time(args.diffusion)
@@ -166,7 +163,7 @@ def main() -> None:
         diffusion = DiffusionPolicy(DiffusionConfig(obs_dim=5, action_dim=2))  # untrained: same latency
         success = trained = float("nan")
     rows.append(("diffusion (" + diffusion.config.inference_scheduler + ")", diffusion.config.num_inference_steps,
-                 success, trained, latency(diffusion), float("nan"), float("nan")))
+                 success, trained, chunk_latency_ms(diffusion), float("nan"), float("nan")))
 
     print(f"push-T (state), {args.episodes} eval episodes, AUROC of energy vs failure on {args.perturbed} "
           f"perturbed starts, latency per chunk (median and min wall time) at batch 1 with "

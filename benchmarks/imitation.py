@@ -56,8 +56,7 @@ def chunk_latency_ms(policy, repeats: int = 20) -> tuple[float, float]:
 def variants(policy, settings):
     """(label, steps, policy) for each inference setting to measure."""
     if policy.kind == "energy":
-        c = policy.config  # its own steps too; per-step energies exist for train_steps steps only
-        steps = sorted(k for k in {*ENERGY_STEPS, c.n_steps} if not c.step_conditioned or k <= c.train_steps)
+        steps = sorted({*ENERGY_STEPS, policy.config.n_steps})  # its own steps too
         return [("descent", k, with_config(policy, n_steps=k)) for k in steps]
     if policy.kind == "implicit_bc":
         return [("dfo", policy.config.dfo_iters, policy)]

@@ -14,17 +14,15 @@ from .unet import SinusoidalPosEmb
 
 
 class ResidualBlock(nn.Module):
-    """h + Dropout(W2 Mish(W1 LayerNorm(h))), with (hidden,) features; ``dropout``: the probability of zeroing
-    a feature of the residual branch in training mode (a transformer's residual dropout; 0: off)."""
+    """h + W2 Mish(W1 LayerNorm(h)), with (hidden,) features."""
 
-    def __init__(self, hidden: int, dropout: float = 0.0):
+    def __init__(self, hidden: int):
         super().__init__()
         self.net = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, 2 * hidden), nn.Mish(),
                                  nn.Linear(2 * hidden, hidden))
-        self.dropout = dropout  # applied functionally: no module, so state-dict keys do not depend on it
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + nn.functional.dropout(self.net(h), self.dropout, self.training)
+        return h + self.net(h)
 
 
 class ConditionalMlp(nn.Module):

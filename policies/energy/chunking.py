@@ -1,4 +1,4 @@
-"""What the energy-based chunk policies share: input checks, normalization, per-env queues.
+"""What the energy-based chunk policies share: input checks, normalization, per-env queues, checkpoints.
 
 A subclass provides ``model`` (an ``nn.Module`` with ``obs_normalizer`` and ``action_normalizer``
 children, so the stats travel with the weights, and ``features``, ``ChunkInputs``) and two methods in
@@ -10,17 +10,16 @@ None) -> (chunk (B, horizon, action_dim) in [-1, 1], energy (B,))`` and
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..base import ArrayLike, like_input
 from ..checkpoint import TorchPolicyCheckpointing
-from ..chunked import check_tensor, split_observation, state_of
+from ..chunked import QueuedActing, check_tensor, split_observation, state_of
 from ..ema import AveragedWeights, make_ema
 from ..normalize import check_policy_stats
 
 
-class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
+class ChunkPolicyBase(QueuedActing, AveragedWeights, TorchPolicyCheckpointing):
     """``ChunkedPolicy`` plumbing (see ``policies/chunked.py``); subclasses implement the math.
 
     With ``config.use_ema`` the policy also keeps ``ema``, a moving average of ``model``'s weights
@@ -37,11 +36,6 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
         self.obs_dim, self.action_dim = config.obs_dim, config.action_dim
         self.n_obs_steps, self.horizon, self.n_action_steps = config.n_obs_steps, config.horizon, config.n_action_steps
         self.last_energy: torch.Tensor | None = None  # (B,) energy of the last planned chunks
-        self._obs_queue: torch.Tensor | None = None  # (B, n_obs_steps, obs_dim) raw
-        self._image_queue: torch.Tensor | None = None  # (B, n_obs_steps, 3, H, W) in [0, 1] (image observations)
-        self._plan: torch.Tensor | None = None  # (B, n_action_steps, action_dim) raw
-        self._plan_index: torch.Tensor | None = None  # (B,) next action to execute; n_action_steps: replan
-        self._fresh: torch.Tensor | None = None  # (B,) bool: queue must be filled with the next obs
 
     @property
     def noise_shape(self) -> tuple[int, int]:
@@ -79,7 +73,7 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
         """
         state, image = self._obs_window(obs_history)
         init = self._initial_guess(noise, state.shape[0])
-        model = self.inference_model.eval()  # dropout off (``compute_loss`` switches ``model`` to training mode)
+        model = self.inference_model.eval()  # the image crop's eval mode (``compute_loss`` switches to training)
         chunk_n, energy = self._infer(model.features(model.obs_normalizer(state), image), init, **infer_options)
         actions = model.action_normalizer.unnormalize(chunk_n)
         self.last_energy = energy.detach()
@@ -90,14 +84,13 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
         """batch {"obs": (B, n_obs_steps, obs_dim), "action": (B, horizon, action_dim)[, "image": (B,
         n_obs_steps, 3, H, W) in [0, 1], image observations]} raw -> loss.
         With "init" (B, horizon, action_dim), normalized guesses, ``action`` holds the chunk each guess
-        must descend to (a teacher's, see ``robo.imitation.distill``); only ``learns_from_pairs`` policies.
-        ``config.obs_noise_std`` > 0 adds N(0, std^2) noise to the normalized observations."""
+        must descend to (a teacher's, see ``robo.imitation.distill``); only ``learns_from_pairs`` policies."""
         for key in ("obs", "action"):
             if key not in batch:
                 raise KeyError(f"batch needs {key!r}, got {sorted(batch)}")
         state, image = self._obs_window({"state": batch["obs"], "image": batch.get("image")})
         action = check_tensor(batch["action"], (state.shape[0], self.horizon, self.action_dim), "batch['action']")
-        self.model.train()  # dropout on (``predict_chunk`` switches back)
+        self.model.train()  # random image crops (``predict_chunk`` switches back)
         pairs = {}
         if batch.get("init") is not None:
             if not self.learns_from_pairs:
@@ -105,62 +98,35 @@ class ChunkPolicyBase(AveragedWeights, TorchPolicyCheckpointing):
                                  f"pairs: drop the batch's 'init'")
             pairs["init"] = self._initial_guess(batch["init"], state.shape[0])
         state_n = self.model.obs_normalizer(state)
-        if self.config.obs_noise_std > 0:  # a regularizer: nearby states should get the demo's chunk too
-            state_n = state_n + self.config.obs_noise_std * torch.randn_like(state_n)
         return self._loss(self.model.features(state_n, image), self.model.action_normalizer(action).clamp(-1, 1),
                           **pairs)
 
     # --- per-env queues (LeRobot's select_action) -------------------------------------------
 
-    def reset(self, mask: ArrayLike | None = None) -> None:
-        """Clear the observation and action queues of the envs where ``mask`` (B,) is true (all if None)."""
-        if mask is None or self._fresh is None:
-            self._obs_queue = self._image_queue = self._plan = self._plan_index = self._fresh = None
-            return
-        m = torch.as_tensor(np.asarray(mask), dtype=torch.bool).flatten()
-        if m.shape != self._fresh.shape:
-            raise ValueError(f"reset mask has shape {tuple(m.shape)}, expected ({self._fresh.shape[0]},)")
-        self._fresh |= m
-        self._plan_index[m] = self.n_action_steps
-
     @torch.no_grad()
     def act(self, obs: ArrayLike, noise: ArrayLike | None = None) -> ArrayLike:
         """obs (B, obs_dim) (image observations: ``{"state": that, "image": (B, 3, H, W) in [0, 1]}``) ->
-        action (B, action_dim). Plans a chunk for the envs whose queue is
-        empty, from ``noise`` (B, horizon, action_dim) rows of those envs (ignored otherwise)."""
-        x, image = split_observation(obs, self.obs_dim, self.config.image_shape)
-        b = x.shape[0]
-        if self._fresh is None or self._fresh.shape[0] != b:
-            self._obs_queue = torch.zeros(b, self.n_obs_steps, self.obs_dim)
-            self._image_queue = None if image is None else torch.zeros(b, self.n_obs_steps, *image.shape[1:])
-            self._plan = torch.zeros(b, self.n_action_steps, self.action_dim)
-            self._plan_index = torch.full((b,), self.n_action_steps, dtype=torch.long)
-            self._fresh = torch.ones(b, dtype=torch.bool)
-            self.last_energy = torch.zeros(b)
+        action (B, action_dim), through the policy's ``ChunkQueue``. Plans a chunk for the envs whose queue is
+        empty, from ``noise`` (B, horizon, action_dim) rows of those envs (ignored otherwise); ``last_energy``
+        (B,) then holds the energy of each env's current chunk."""
+        state, image = split_observation(obs, self.obs_dim, self.config.image_shape)
+        b = state.shape[0]
         init = self._initial_guess(noise, b)
-        self._obs_queue = self._push(self._obs_queue, x)
-        if image is not None:
-            self._image_queue = self._push(self._image_queue, image)
-        self._fresh = torch.zeros_like(self._fresh)
-        need = self._plan_index >= self.n_action_steps
-        if bool(need.any()):
-            energy = self.last_energy.clone() if self.last_energy is not None and self.last_energy.shape == (b,) \
-                else torch.zeros(b)
-            window = self._obs_queue[need] if image is None else \
-                {"state": self._obs_queue[need], "image": self._image_queue[need]}
-            chunk, e = self.predict_chunk(window, None if init is None else init[need], return_energy=True)
-            start = self.n_obs_steps - 1
-            self._plan[need] = chunk[:, start:start + self.n_action_steps]
-            self._plan_index[need] = 0
-            energy[need] = e
-            self.last_energy = energy  # (B,) energy of each env's current chunk
-        action = self._plan[torch.arange(b), self._plan_index]
-        self._plan_index += 1
-        return like_input(action, state_of(obs))
 
-    def _push(self, queue: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """queue (B, n_obs_steps, ...) with x (B, ...) appended as the newest step; the envs that just
-        reset (``_fresh``) get their queue filled with x (padding with the first observation)."""
-        q = torch.cat([queue[:, 1:], x[:, None]], dim=1)
-        q[self._fresh] = x[self._fresh, None].expand_as(q[self._fresh])
-        return q
+        def plan(need: torch.Tensor, window) -> torch.Tensor:
+            last = self.last_energy
+            energy = last.clone() if last is not None and last.shape == (b,) else torch.zeros(b)
+            chunk, planned = self.predict_chunk(window, None if init is None else init[need], return_energy=True)
+            energy[need] = planned
+            self.last_energy = energy
+            return chunk
+
+        return like_input(self.queued_action(state, image, plan), state_of(obs))
+
+    # --- checkpoints ------------------------------------------------------------------------------
+
+    @classmethod
+    def config_from_saved(cls, saved: dict):
+        """The config of a checkpoint's ``config.json``: ``config_class.from_saved`` (which drops the keys of
+        removed options that hold their old default)."""
+        return cls.config_class.from_saved(saved)

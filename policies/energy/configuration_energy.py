@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from policies.diffusion.vision import ImageObservationConfig
 
 NORM_MODES = ("min_max", "mean_std", "identity")
 GUESSES = ("zeros", "noise", "uniform")
-BACKBONE_NAMES = ("transformer", "mlp", "resmlp", "conv")  # the networks of modeling_energy.BACKBONES
+BACKBONE_NAMES = ("transformer", "mlp", "resmlp")  # the networks of modeling_energy.BACKBONES
 
 
 @dataclass
@@ -29,10 +30,24 @@ class ChunkConfig(ImageObservationConfig):
     horizon: int = 16
     n_action_steps: int = 8
     obs_norm: str = "min_max"  # min_max | mean_std | identity
-    obs_noise_std: float = 0.0  # std of N(0, .) noise on the normalized observations in the training loss (0: off)
     use_ema: bool = False  # act with (and save) a moving average of the weights (policies.ema)
     ema_power: float = 0.75  # the average's warm-up: decay 1 - (1 + step) ** -power ...
     ema_max_decay: float = 0.9999  # ... capped here
+
+    # options that were removed -> the value their code ran with by default, the one the code runs now
+    REMOVED_OPTIONS: ClassVar[dict[str, Any]] = {"obs_noise_std": 0.0}
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> "ChunkConfig":
+        """The config of a checkpoint's ``config.json`` fields. A checkpoint saved before an option was removed
+        still has its key: it is dropped when it holds the value the code now runs (``REMOVED_OPTIONS``), and
+        refused with a ValueError naming it otherwise (the policy was trained with code that no longer exists)."""
+        fields = dict(saved)
+        for key, default in cls.REMOVED_OPTIONS.items():
+            if key in fields and fields.pop(key) != default:
+                raise ValueError(f"this checkpoint was trained with {key}={saved[key]!r}, an option robo no longer "
+                                 f"has (it now always runs {key}={default!r}); retrain the policy")
+        return cls(**fields)
 
     def validate(self) -> None:
         self.validate_image()
@@ -44,8 +59,6 @@ class ChunkConfig(ImageObservationConfig):
                              f"after n_obs_steps={self.n_obs_steps}: need horizon >= n_obs_steps - 1 + n_action_steps")
         if self.obs_norm not in NORM_MODES:
             raise ValueError(f"unknown obs_norm {self.obs_norm!r}; choose one of {list(NORM_MODES)}")
-        if not self.obs_noise_std >= 0.0:
-            raise ValueError(f"obs_noise_std={self.obs_noise_std} must be >= 0")
         if not 0.0 <= self.ema_max_decay < 1.0 or not self.ema_power > 0:
             raise ValueError(f"ema_max_decay={self.ema_max_decay} must lie in [0, 1) and ema_power={self.ema_power} "
                              "be positive")
@@ -59,36 +72,21 @@ class EnergyConfig(ChunkConfig):
     token, through a ``torch.nn.TransformerEncoder``; the energy is read from the CLS token.
     ``backbone="mlp"`` replaces the transformer by an MLP (``hidden_dims``, SiLU) over the flattened
     window and chunk, which is cheaper per sample (``"resmlp"``: pre-LayerNorm residual blocks, as the
-    diffusion policy's MLP denoiser); with ``energy_form="reconstruction"`` that MLP
-    outputs a chunk r(obs, a) and the energy is ``0.5 |a - r|^2`` (``DescentEnergyMLP``).
+    diffusion policy's MLP denoiser).
     Actions are found by ``n_steps`` steps of gradient descent on the normalized chunk,
     ``a <- clamp(a - step_size * clip(dE/da), -1, 1)``, from an initial guess (the steering input).
     Training unrolls ``train_steps`` steps with ``create_graph=True`` and regresses every
     step's chunk (``loss_on="all"``, later steps weigh more) or only the last onto the demo chunk;
     the initial guesses are drawn as ``clamp(N(0, init_std^2))`` so descent converges from anywhere.
-    With ``n_hypotheses`` = M > 1 each demo gets M initial guesses and the regression loss is
-    ``(1 - hypothesis_mix) * min_m + hypothesis_mix * mean_m`` (relaxed winner-takes-all), so
-    different guesses may settle in different modes instead of their average; the guess then
-    selects the mode, which is what steering needs.
-    ``objective="energy_score"`` replaces that regression by the energy score over the M samples
-    of each demo (a proper scoring rule: it rewards matching the demos' distribution, so
-    different guesses land in different modes by construction; needs M >= 2 and noise guesses);
+    Regression from independent guesses learns the demos' mean; ``objective="energy_score"`` replaces it by
+    the energy score over ``n_hypotheses`` = M >= 2 samples of each demo (a proper scoring rule: it rewards
+    matching the demos' distribution, so different guesses land in different modes by construction, and the
+    guess then selects the mode, which is what steering needs; use noise guesses);
     ``spread_weight`` < 1 weighs its spread term less, which sharpens the samples like a lower temperature.
-    ``contrastive_weight`` > 0 adds an InfoNCE term (demo vs. ``n_negatives`` uniform chunks)
-    that keeps the energy low at demonstrations, so the final energy is a usable uncertainty; with
-    ``contrastive_negatives="descended"`` the negatives are the policy's own M descended samples
-    (detached), so the energy learns to rank its own samples (what ``n_candidates`` relies on).
     ``n_candidates`` > 1 is EBT's self-verification at inference: the given guess and
     ``n_candidates - 1`` guesses drawn from N(0, 1) by the policy's own generator (seeded with
     ``candidate_seed`` at construction and at every full ``reset()``) are descended in one batch,
     and the chunk with the lowest final energy is kept.
-    ``step_conditioned`` gives each descent step its own energy ``E_k`` (a learned embedding of k added to
-    the network's first layer), so early steps can take coarse moves and later ones fine ones, as a
-    diffusion model's noise level lets it; the final energy (the uncertainty, and what candidates are
-    ranked by) is the last trained step's, and inference runs at most ``train_steps`` steps.
-    ``langevin_std`` and ``step_size_jitter`` are EBT's energy-landscape regularizers, in training only:
-    noise on the descent's intermediate chunks and a random step size per sample, so the energy must pull
-    chunks in from around its own path, with any step, instead of fitting one exact unrolled path.
     ``denoise_weight`` > 0 adds a denoising term, as a diffusion model trains at every noise level: each
     demo chunk y gets N(0, s^2) noise with s ~ U(0, ``denoise_max_std``) per demo, and the same descent from
     that noised chunk must land back on y (mean Euclidean error over the chunk, the energy score's units).
@@ -102,39 +100,32 @@ class EnergyConfig(ChunkConfig):
 
     backbone: str = "transformer"  # transformer | mlp (an MLP over the flattened window and chunk, hidden_dims)
     # | resmlp (residual blocks of width hidden_dims[0], one per entry)
-    # | conv (1-D conv residual blocks over the chunk's time axis, FiLM on the window; channels hidden_dims)
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp / resmlp / conv
-    kernel_size: int = 5  # backbone = conv: temporal kernel (odd)
-    n_groups: int = 8  # backbone = conv: GroupNorm groups (must divide every hidden_dims entry)
-    energy_form: str = "scalar"  # backbone = mlp: scalar (E = the MLP) | reconstruction (E = 0.5 |a - MLP(obs, a)|^2)
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256, 256])  # backbone = mlp / resmlp
     d_model: int = 64
     actions_per_token: int = 2  # transformer: consecutive actions embedded in one token (horizon must be a multiple)
     n_heads: int = 4
     n_layers: int = 2
     ff_dim: int = 128
-    dropout: float = 0.0  # in training: transformer layers' dropout / resmlp's residual dropout (not mlp)
     n_steps: int = 2  # gradient steps at inference
     train_steps: int = 2  # unrolled gradient steps in training
     step_size: float = 1.0  # initial value of the step size
     learn_step_size: bool = True
-    step_conditioned: bool = False  # the energy also sees the descent step k: E_k(obs, chunk), one per step
     grad_clip: float | None = None  # per-sample max norm of dE/da (None: no clipping)
-    langevin_std: float = 0.0  # training descent: N(0, .) noise on the intermediate chunks (0: off)
-    step_size_jitter: float = 0.0  # training descent: each sample's step size times exp(U(-j, j)) (0: off)
     denoise_weight: float = 0.0  # training: weight of the descent from noised demos back onto them (0: off)
     denoise_max_std: float = 0.3  # ... their noise: N(0, s^2) per demo, s ~ U(0, denoise_max_std) (normalized units)
     init_std: float = 1.0  # std of the random initial guesses in training
     default_init: str = "zeros"  # initial guess when none is given: zeros | noise (N(0, 1)) | uniform (U(-1, 1))
     loss_on: str = "all"  # all | last
-    objective: str = "regression"  # regression (MSE / winner-takes-all) | energy_score (needs n_hypotheses >= 2)
-    n_hypotheses: int = 1  # guesses per demo in training: winner-takes-all (regression, > 1) or energy-score samples
+    objective: str = "regression"  # regression (MSE, n_hypotheses 1) | energy_score (needs n_hypotheses >= 2)
+    n_hypotheses: int = 1  # guesses per demo in training: the energy score's samples
     spread_weight: float = 1.0  # energy score: weight of its spread term; < 1 sharpens the samples (improper)
-    hypothesis_mix: float = 0.1  # weight of the mean (vs. the min) over hypotheses
-    contrastive_weight: float = 0.0  # InfoNCE weight (demo vs negatives); > 0 sharpens the energy
-    n_negatives: int = 16
-    contrastive_negatives: str = "uniform"  # uniform (n_negatives chunks in [-1, 1]) | descended (the M samples)
     n_candidates: int = 1  # guesses descended per chunk at inference; the lowest final energy wins
     candidate_seed: int = 0  # seeds the generator of the extra candidates
+
+    REMOVED_OPTIONS: ClassVar[dict[str, Any]] = {
+        **ChunkConfig.REMOVED_OPTIONS, "step_conditioned": False, "kernel_size": 5, "n_groups": 8,
+        "energy_form": "scalar", "dropout": 0.0, "langevin_std": 0.0, "step_size_jitter": 0.0, "hypothesis_mix": 0.1,
+        "contrastive_weight": 0.0, "n_negatives": 16, "contrastive_negatives": "uniform"}
 
     def validate(self) -> None:
         super().validate()
@@ -148,20 +139,6 @@ class EnergyConfig(ChunkConfig):
         if self.backbone == "resmlp" and len(set(self.hidden_dims)) > 1:
             raise ValueError(f"backbone='resmlp' has one width (its residual blocks add to their input): "
                              f"hidden_dims={self.hidden_dims} must repeat one width")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout} must lie in [0, 1)")
-        if self.dropout > 0 and self.backbone in ("mlp", "conv"):
-            raise ValueError(f"dropout applies to backbone='transformer' or 'resmlp', not {self.backbone!r}")
-        if self.backbone == "conv" and (self.kernel_size < 1 or self.kernel_size % 2 == 0):
-            raise ValueError(f"kernel_size={self.kernel_size} must be odd and positive "
-                             "(the convolutions keep the chunk's length)")
-        if self.backbone == "conv" and (self.n_groups < 1 or any(d % self.n_groups for d in self.hidden_dims)):
-            raise ValueError(f"n_groups={self.n_groups} must be positive and divide every hidden_dims entry "
-                             f"{self.hidden_dims} (GroupNorm)")
-        if self.energy_form not in ("scalar", "reconstruction"):
-            raise ValueError(f"unknown energy_form {self.energy_form!r}; choose 'scalar' or 'reconstruction'")
-        if self.energy_form == "reconstruction" and self.backbone != "mlp":
-            raise ValueError("energy_form='reconstruction' needs backbone='mlp'")
         if self.actions_per_token < 1:
             raise ValueError(f"actions_per_token={self.actions_per_token} must be >= 1")
         if self.backbone == "transformer" and self.horizon % self.actions_per_token:
@@ -171,14 +148,8 @@ class EnergyConfig(ChunkConfig):
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.n_steps < 1 or self.train_steps < 1:
             raise ValueError(f"n_steps={self.n_steps} and train_steps={self.train_steps} must be >= 1")
-        if self.step_conditioned and self.n_steps > self.train_steps:
-            raise ValueError(f"a step-conditioned energy has one energy per trained step: n_steps={self.n_steps} "
-                             f"must be <= train_steps={self.train_steps}")
         if self.step_size <= 0:
             raise ValueError(f"step_size={self.step_size} must be > 0")
-        if not self.langevin_std >= 0 or not self.step_size_jitter >= 0:
-            raise ValueError(f"langevin_std={self.langevin_std} and step_size_jitter={self.step_size_jitter} "
-                             "must be >= 0")
         if not self.denoise_weight >= 0 or not self.denoise_max_std > 0:
             raise ValueError(f"denoise_weight={self.denoise_weight} must be >= 0 and denoise_max_std="
                              f"{self.denoise_max_std} > 0")
@@ -186,20 +157,17 @@ class EnergyConfig(ChunkConfig):
             raise ValueError(f"grad_clip={self.grad_clip} must be > 0 or None")
         if self.default_init not in GUESSES:
             raise ValueError(f"unknown default_init {self.default_init!r}; choose one of {list(GUESSES)}")
-        if self.n_hypotheses < 1 or not 0 <= self.hypothesis_mix <= 1:
-            raise ValueError(f"need n_hypotheses >= 1 and 0 <= hypothesis_mix <= 1, got {self.n_hypotheses}, "
-                             f"{self.hypothesis_mix}")
         if self.objective not in ("regression", "energy_score"):
             raise ValueError(f"unknown objective {self.objective!r}; choose 'regression' or 'energy_score'")
         if self.objective == "energy_score" and self.n_hypotheses < 2:
             raise ValueError(f"objective='energy_score' compares samples: needs n_hypotheses >= 2, "
                              f"got {self.n_hypotheses}")
+        if self.objective == "regression" and self.n_hypotheses != 1:
+            raise ValueError(f"objective='regression' regresses one guess per demo: n_hypotheses={self.n_hypotheses} "
+                             "must be 1 (several samples per demo: objective='energy_score')")
         if not 0 < self.spread_weight <= 1:
             raise ValueError(f"spread_weight={self.spread_weight} must lie in (0, 1]: 1 is the proper energy score, "
                              "less sharpens its samples (0 would collapse them onto the demos' median)")
-        if self.contrastive_negatives not in ("uniform", "descended"):
-            raise ValueError(f"unknown contrastive_negatives {self.contrastive_negatives!r}; "
-                             "choose 'uniform' or 'descended'")
         if self.loss_on not in ("all", "last"):
             raise ValueError(f"unknown loss_on {self.loss_on!r}; choose 'all' or 'last'")
 

@@ -8,6 +8,7 @@ derivative-free optimizer (iterative importance resampling with shrinking Gaussi
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..chunked import standard_noise
@@ -15,7 +16,19 @@ from ..registry import register
 from .chunking import ChunkPolicyBase
 from .configuration_energy import ImplicitBCConfig
 from .energy_mlp import EnergyMLP
-from .modeling_energy import energy_of_candidates, info_nce
+
+
+def energy_of_candidates(model: nn.Module, obs_n: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+    """obs_n (B, T, O), chunks (B, N, H, A) -> energies (B, N), one batched forward."""
+    b, n = chunks.shape[:2]
+    obs_rep = obs_n[:, None].expand(-1, n, -1, -1).reshape(b * n, *obs_n.shape[1:])
+    return model(obs_rep, chunks.reshape(b * n, *chunks.shape[2:])).view(b, n)
+
+
+def info_nce(energy_pos: torch.Tensor, energy_neg: torch.Tensor) -> torch.Tensor:
+    """InfoNCE with the positive at index 0: energy_pos (B,), energy_neg (B, N) -> scalar."""
+    logits = -torch.cat([energy_pos[:, None], energy_neg], dim=1)
+    return F.cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device))
 
 
 @torch.no_grad()

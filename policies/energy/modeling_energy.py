@@ -20,7 +20,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..chunked import draw_noise, standard_noise
 from ..diffusion.mlp import ResidualBlock
-from ..diffusion.unet import ConditionalResidualBlock1d
 from ..registry import register
 from .chunking import ChunkPolicyBase
 from .configuration_energy import EnergyConfig
@@ -40,36 +39,14 @@ class LearnedStepSize:
         return self.log_step_size.exp()
 
 
-class StepEmbedding:
-    """Mixin for ``config.step_conditioned`` energies: ``step_bias(step)``, a learned vector per
-    descent step (``train_steps`` of them) that the network adds to its first layer; ``step=None`` is the
-    last trained step (the final energy). Zero for unconditioned energies."""
-
-    def _init_step_embedding(self, config: EnergyConfig, width: int) -> None:
-        self.step_embed = nn.Embedding(config.train_steps, width) if config.step_conditioned else None
-        if self.step_embed is not None:
-            nn.init.zeros_(self.step_embed.weight)
-
-    def step_bias(self, step: int | None) -> torch.Tensor | float:
-        """(width,) bias of descent step ``step`` (broadcasts over the batch and tokens), or 0."""
-        if self.step_embed is None:
-            return 0.0
-        return self.step_embed.weight[self.step_embed.num_embeddings - 1 if step is None else int(step)]
-
-
-class DescentEnergy(LearnedStepSize, StepEmbedding, ChunkInputs):
+class DescentEnergy(LearnedStepSize, ChunkInputs):
     """Mixin for the energies ``descend`` runs on: ``_init_config`` first (validate, keep the config, make the
-    normalizers and the image encoder), ``_init_descent`` last (the step size and the step embedding, after the
-    network's layers)."""
+    normalizers and the image encoder), ``_init_step_size`` last (after the network's layers)."""
 
     def _init_config(self, config: EnergyConfig) -> None:
         config.validate()
         self.config = config
         self._init_inputs(config)
-
-    def _init_descent(self, config: EnergyConfig, width: int) -> None:
-        self._init_step_size(config)
-        self._init_step_embedding(config, width)
 
 
 class EnergyTransformer(DescentEnergy, nn.Module):
@@ -85,47 +62,28 @@ class EnergyTransformer(DescentEnergy, nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, d))
         n_tokens = config.n_obs_steps + config.horizon // config.actions_per_token + 1
         self.pos = nn.Parameter(0.02 * torch.randn(1, n_tokens, d))
-        layer = nn.TransformerEncoderLayer(d, config.n_heads, config.ff_dim, config.dropout, activation="gelu",
+        layer = nn.TransformerEncoderLayer(d, config.n_heads, config.ff_dim, dropout=0.0, activation="gelu",
                                            batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 1))
-        self._init_descent(config, d)
+        self._init_step_size(config)
 
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """obs_n (B, n_obs_steps, obs_feature_dim), chunk (B, horizon, action_dim), normalized; the descent
-        step (``config.step_conditioned``; None: the final energy) -> energy (B,)."""
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+        """obs_n (B, n_obs_steps, obs_feature_dim), chunk (B, horizon, action_dim), normalized -> energy (B,)."""
         b = obs_n.shape[0]
         actions = chunk.reshape(b, -1, self.action_embed.in_features)  # (B, H / actions_per_token, k * A)
         tokens = torch.cat([self.obs_embed(obs_n), self.action_embed(actions), self.cls.expand(b, -1, -1)], dim=1)
-        h = self.encoder(tokens + self.pos + self.step_bias(step))
+        h = self.encoder(tokens + self.pos)
         return self.head(h[:, -1]).squeeze(-1)
 
 
 class DescentEnergyMLP(DescentEnergy, EnergyMLP):
     """The energy policy's ``backbone: mlp``: ``EnergyMLP`` over ``config.hidden_dims`` with SiLU
-    (smooth, so dE/da changes continuously along the descent) and a learned step size.
-
-    ``config.energy_form="reconstruction"``: the MLP outputs a chunk r(obs, a) (B, H * A) instead of a
-    scalar, and the energy is ``0.5 |a - r(obs, a)|^2`` (a denoising autoencoder's energy). Its gradient
-    ``(I - dr/da)^T (a - r)`` makes one unit step land on r while dr/da is small, so from the start the
-    descent is a learned denoiser iterated; the final energy is the chunk's distance from its own
-    reconstruction. Its last layer starts at zero: r = 0, the energy 0.5 |a|^2."""
+    (smooth, so dE/da changes continuously along the descent) and a learned step size."""
 
     def __init__(self, config: EnergyConfig):
-        reconstruct = config.energy_form == "reconstruction"
-        super().__init__(config, activation=nn.SiLU, out_dim=config.horizon * config.action_dim if reconstruct else 1)
-        self.reconstruct = reconstruct
-        if reconstruct:
-            nn.init.zeros_(self.net[-1].weight)
-            nn.init.zeros_(self.net[-1].bias)
-        self._init_descent(config, config.hidden_dims[0])
-
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """As ``EnergyMLP.forward``, with the descent step's bias (``StepEmbedding``) on the first layer."""
-        if not self.reconstruct:
-            return self.biased_energy(obs_n, chunk, self.step_bias(step))
-        r = self.biased_output(obs_n, chunk, self.step_bias(step))  # (B, H * A)
-        return 0.5 * (chunk.flatten(1) - r).pow(2).sum(-1)
+        super().__init__(config, activation=nn.SiLU)
+        self._init_step_size(config)
 
 
 class DescentEnergyResMLP(DescentEnergy, nn.Module):
@@ -138,49 +96,17 @@ class DescentEnergyResMLP(DescentEnergy, nn.Module):
         self._init_config(config)
         width = config.hidden_dims[0]
         self.inp = nn.Linear(self.flat_width(config), width)
-        self.blocks = nn.Sequential(*[ResidualBlock(width, config.dropout) for _ in config.hidden_dims])
+        self.blocks = nn.Sequential(*[ResidualBlock(width) for _ in config.hidden_dims])
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Mish(), nn.Linear(width, 1))
-        self._init_descent(config, width)
+        self._init_step_size(config)
 
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """obs_n (B, T, obs_feature_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``)
-        -> energy (B,)."""
-        h = self.inp(self.flatten(obs_n, chunk)) + self.step_bias(step)
-        return self.out(self.blocks(h)).squeeze(-1)
-
-
-class DescentEnergyConv(DescentEnergy, nn.Module):
-    """The energy policy's ``backbone: conv``: 1-D convolutions over the chunk's time axis, FiLM-conditioned
-    on the observation window (the diffusion U-Net's ``ConditionalResidualBlock1d``, Mish: smooth):
-    chunk (B, H, A) -> one residual block per ``hidden_dims`` entry (its channels), kernel ``kernel_size``,
-    each modulated by a Linear(flattened window) of width ``hidden_dims[0]`` (+ the descent step's bias) ->
-    the (C, H) features flattened -> LayerNorm, Mish, Linear -> energy (B,)."""
-
-    def __init__(self, config: EnergyConfig):
-        super().__init__()
-        self._init_config(config)
-        width = config.hidden_dims[0]
-        self.cond = nn.Linear(config.n_obs_steps * config.obs_feature_dim, width)
-        dims = [config.action_dim, *config.hidden_dims]
-        self.blocks = nn.ModuleList([ConditionalResidualBlock1d(a, b, width, config.kernel_size, config.n_groups)
-                                     for a, b in zip(dims[:-1], dims[1:])])
-        flat = config.hidden_dims[-1] * config.horizon
-        self.out = nn.Sequential(nn.Flatten(), nn.LayerNorm(flat), nn.Mish(), nn.Linear(flat, 1))
-        self._init_descent(config, width)
-
-    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """obs_n (B, T, obs_feature_dim), chunk (B, H, A), normalized; the descent step (``StepEmbedding``)
-        -> energy (B,)."""
-        cond = self.cond(obs_n.flatten(1)) + self.step_bias(step)
-        h = chunk.transpose(1, 2)  # (B, A, H)
-        for block in self.blocks:
-            h = block(h, cond)
-        return self.out(h).squeeze(-1)
+    def forward(self, obs_n: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+        """obs_n (B, T, obs_feature_dim), chunk (B, H, A), normalized -> energy (B,)."""
+        return self.out(self.blocks(self.inp(self.flatten(obs_n, chunk)))).squeeze(-1)
 
 
 # configuration_energy.BACKBONE_NAMES lists these keys for the config's check (the config cannot import this module)
-BACKBONES = {"transformer": EnergyTransformer, "mlp": DescentEnergyMLP, "resmlp": DescentEnergyResMLP,
-             "conv": DescentEnergyConv}
+BACKBONES = {"transformer": EnergyTransformer, "mlp": DescentEnergyMLP, "resmlp": DescentEnergyResMLP}
 
 
 def build_energy_model(config: EnergyConfig) -> nn.Module:
@@ -204,53 +130,31 @@ def straight_through_clamp(a: torch.Tensor) -> torch.Tensor:
 
 
 def descend(model: nn.Module, obs_n: torch.Tensor, init: torch.Tensor, n_steps: int,
-            grad_clip: float | None = None, create_graph: bool = False, langevin_std: float = 0.0,
-            step_jitter: float = 0.0) -> list[torch.Tensor]:
-    """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE_k/da), -1, 1)`` for k = 0 .. n_steps - 1,
+            grad_clip: float | None = None, create_graph: bool = False) -> list[torch.Tensor]:
+    """Gradient descent on the energy: ``a <- clamp(a - step * clip(dE/da), -1, 1)``, ``n_steps`` times,
     the clamp straight-through (``straight_through_clamp``) so that saturated actions still get
-    gradients; ``E_k`` is the model at ``step=k`` (one energy for all k unless ``step_conditioned``).
-    ``model``: an energy network of ``build_energy_model`` (``EnergyTransformer`` or ``DescentEnergyMLP``).
+    gradients. ``model``: an energy network of ``build_energy_model`` (``BACKBONES``).
 
     obs_n (B, T, obs_feature_dim), init (B, H, A) -> [a_1, ..., a_n_steps], each (B, H, A). With
     ``create_graph`` the steps stay differentiable w.r.t. the model (training); otherwise
     they are detached (inference). Training uses the math attention kernel, the one whose
     backward is itself differentiable on CPU.
-    EBT's energy-landscape regularizers, for training (both 0: plain descent): ``langevin_std`` adds
-    N(0, langevin_std^2) to each intermediate chunk a_1 .. a_{n-1} before its step (Langevin dynamics), and
-    ``step_jitter`` = j scales each sample's step size by exp(U(-j, j)), drawn once per descent.
     """
     a = init.clamp(-1.0, 1.0)
     step = model.step_size
-    if step_jitter > 0:
-        step = step * torch.empty(a.shape[0], *([1] * (a.ndim - 1))).uniform_(-step_jitter, step_jitter).exp()
     chunks = []
     kernel = sdpa_kernel(SDPBackend.MATH) if create_graph else contextlib.nullcontext()
     with torch.enable_grad(), kernel:
-        for k in range(n_steps):
-            if langevin_std > 0 and k > 0:
-                a = straight_through_clamp(a + langevin_std * torch.randn_like(a))
+        for _ in range(n_steps):
             if not a.requires_grad:
                 a = a.detach().requires_grad_(True)
-            energy = model(obs_n, a, step=k)
+            energy = model(obs_n, a)
             (grad,) = torch.autograd.grad(energy.sum(), a, create_graph=create_graph)
             a = straight_through_clamp(a - step * clip_per_sample(grad, grad_clip))
             if not create_graph:
                 a = a.detach()
             chunks.append(a)
     return chunks
-
-
-def info_nce(energy_pos: torch.Tensor, energy_neg: torch.Tensor) -> torch.Tensor:
-    """InfoNCE with the positive at index 0: energy_pos (B,), energy_neg (B, N) -> scalar."""
-    logits = -torch.cat([energy_pos[:, None], energy_neg], dim=1)
-    return F.cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device))
-
-
-def hypothesis_loss(chunk: torch.Tensor, target: torch.Tensor, m: int, mix: float) -> torch.Tensor:
-    """Relaxed winner-takes-all MSE: chunk, target (B * m, H, A), m hypotheses per sample -> scalar
-    ``(1 - mix) * mean_b min_m err + mix * mean err`` (plain MSE for m = 1)."""
-    err = ((chunk - target) ** 2).mean((1, 2)).view(-1, m)
-    return err.mean() if m == 1 else (1 - mix) * err.min(dim=1).values.mean() + mix * err.mean()
 
 
 def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float = 1e-8,
@@ -271,13 +175,6 @@ def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float =
     i, j = torch.triu_indices(m, m, offset=1)
     spread = ((x[:, i] - x[:, j]).pow(2).sum(-1) + eps).sqrt().mean(1)  # (B,) mean over unordered pairs
     return (fit - 0.5 * spread_weight * spread).mean()
-
-
-def energy_of_candidates(model: nn.Module, obs_n: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
-    """obs_n (B, T, O), chunks (B, N, H, A) -> energies (B, N), one batched forward."""
-    b, n = chunks.shape[:2]
-    obs_rep = obs_n[:, None].expand(-1, n, -1, -1).reshape(b * n, *obs_n.shape[1:])
-    return model(obs_rep, chunks.reshape(b * n, *chunks.shape[2:])).view(b, n)
 
 
 def select_lowest_energy(chunks: torch.Tensor, energy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -350,7 +247,7 @@ class EnergyPolicy(ChunkPolicyBase):
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor, init: torch.Tensor | None = None) -> torch.Tensor:
         """Demos (``init`` None): ``n_hypotheses`` random guesses per demo, ``objective`` over them.
         (guess, chunk) pairs (``init`` (B, H, A)): the descent from each guess regresses onto its chunk.
-        Either way plus ``denoise_weight`` times ``_denoise_loss`` and the InfoNCE term when they are on."""
+        Either way plus ``denoise_weight`` times ``_denoise_loss`` when it is on."""
         cfg = self.config
         if init is None:
             m = cfg.n_hypotheses
@@ -358,12 +255,11 @@ class EnergyPolicy(ChunkPolicyBase):
             init = (cfg.init_std * torch.randn_like(target)).clamp(-1.0, 1.0)
         else:
             m, obs_m, target = 1, obs_n, action_n
-        chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True,
-                         langevin_std=cfg.langevin_std, step_jitter=cfg.step_size_jitter)
+        chunks = descend(self.model, obs_m, init, cfg.train_steps, cfg.grad_clip, create_graph=True)
         if cfg.objective == "energy_score" and m > 1:
             errors = torch.stack([energy_score(c, target, m, spread_weight=cfg.spread_weight) for c in chunks])
-        else:
-            errors = torch.stack([hypothesis_loss(c, target, m, cfg.hypothesis_mix) for c in chunks])
+        else:  # one guess per demo (n_hypotheses 1) or per (guess, chunk) pair
+            errors = torch.stack([F.mse_loss(c, target) for c in chunks])
         if cfg.loss_on == "last":
             loss = errors[-1]
         else:  # weights 1..K normalized: later steps count more, every step must make progress
@@ -371,14 +267,6 @@ class EnergyPolicy(ChunkPolicyBase):
             loss = (w * errors).sum() / w.sum()
         if cfg.denoise_weight > 0:
             loss = loss + cfg.denoise_weight * self._denoise_loss(obs_n, action_n)
-        if cfg.contrastive_weight > 0:
-            b = action_n.shape[0]
-            if cfg.contrastive_negatives == "descended":  # the model's own samples: energy ~ -log p (max. likelihood)
-                negatives = chunks[-1].detach().view(b, m, *action_n.shape[1:])
-            else:
-                negatives = standard_noise("uniform", (b, cfg.n_negatives, *action_n.shape[1:]))
-            energies = energy_of_candidates(self.model, obs_n, torch.cat([action_n[:, None], negatives], dim=1))
-            loss = loss + cfg.contrastive_weight * info_nce(energies[:, 0], energies[:, 1:])
         return loss
 
     def _denoise_loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:

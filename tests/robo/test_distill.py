@@ -67,7 +67,7 @@ def test_distilled_energy_policy_keeps_its_teachers_samples(tmp_path):
     assert len(labels) == 4 * len(windows) and labels.init.abs().max() <= 1
     torch.manual_seed(0)
     student = EnergyPolicy(EnergyConfig(**SHAPES, d_model=32, n_heads=2, n_layers=1, ff_dim=64, actions_per_token=2,
-                                        default_init="uniform", contrastive_weight=0.0))
+                                        default_init="uniform"))
     student.set_normalization(stats)
     untrained = evaluate_chunked_policy(student, ENV_ID, 100, seed=1)["success_rate"]
     cfg = TrainConfig(steps=1500, batch_size=64, lr=2e-3, warmup_steps=50, checkpoint_every=10_000)
