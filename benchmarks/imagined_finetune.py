@@ -6,33 +6,40 @@ It also reports the imagined success rate and how many imagined successes reprod
 actions are replayed open loop in the simulator from the same start (the data's fidelity).
 
     python benchmarks/imagined_finetune.py                     # toy obstacle_reach: base trained here, 3 seeds
-    python benchmarks/imagined_finetune.py --start-spread 0.9 0.3 --sim-reference   # starts the demos never covered
-    python benchmarks/imagined_finetune.py --obstacle 0.3 0 --sim-reference         # a scene the demos never showed
-    python benchmarks/imagined_finetune.py --task pusht --base <chunked checkpoint> --model <ensemble folder> \\
-        --attempts 8 --select shortest
+    python benchmarks/imagined_finetune.py --sim-reference "+task.env_kwargs.start_spread=[0.9,0.3]"  # new starts
+    python benchmarks/imagined_finetune.py --sim-reference "+task.env_kwargs.obstacle_center=[0.3,0]" # a new scene
+    python benchmarks/imagined_finetune.py task=pusht synthesize.base=<chunked checkpoint> model.path=<ensemble> \
+        synthesize.attempts=8 synthesize.select=shortest
 
-Toy: the base is a diffusion policy (MLP denoiser) trained 5,000 steps on ``--demos`` (100) scripted demos; the
-ensemble is fitted on 200 behaviour episodes (noisy expert). ``--start-spread X Y`` draws the
-behaviour data, the imagined starts and the evaluation from a start box of half-widths X, Y m while
-the demos keep theirs (±5 cm): the imagined successes then cover starts the demos never did.
-``--obstacle X Y`` moves the obstacle there for the same three (the demos were recorded with it at the
-origin): at ``0.3 0`` the demos' right-hand path collides, so continued training on the demos cannot
-help and the imagined successes (from a model of the changed scene) are the only news.
-``--sim-reference`` adds a fine-tune on the base's own successes in the simulator from the same
-starts (what the world model stands in for; those cost real env steps). push-T: ``--base`` was imitated from
-``--demos`` demos generated with ``--demo-seed``; ``--model`` is a fitted ensemble (else one is fitted
-on ``--data`` behaviour episodes). One thread.
+Every setting is a Hydra override of ``configs/imagine.yaml`` (as for ``robo imagine synthesize``), applied after
+this benchmark's defaults (``BENCH_DEFAULTS``, then ``TASK_DEFAULTS``: every fine-tune runs
+``synthesize.finetune_steps`` steps, success is measured on ``synthesize.eval_episodes`` episodes); ``seed`` is
+the first of ``--seeds`` toy bases.
+Toy: the base is a diffusion policy (MLP denoiser) trained ``--base-steps`` (5,000) steps on ``model.demos``
+(the task's 100) scripted demos; the ensemble is fitted on ``model.data_episodes`` (200) behaviour episodes (noisy
+expert) for ``model.fit_steps``. ``task.env_kwargs.start_spread=[X,Y]`` draws the behaviour data, the imagined
+starts and the evaluation from a start box of half-widths X, Y m while the demos keep theirs (±5 cm): the imagined
+successes then cover starts the demos never did. ``task.env_kwargs.obstacle_center=[X,Y]`` moves the obstacle
+there for the same three (the demos were recorded with it at the origin): at ``[0.3,0]`` the demos' right-hand
+path collides, so continued training on the demos cannot help and the imagined successes (from a model of the
+changed scene) are the only news. ``--sim-reference`` adds a fine-tune on the base's own successes in the
+simulator from the same starts (what the world model stands in for; those cost real env steps). ``--generator``
+adds fine-tunes on trajectory-diffusion segments (``synthesize.diffusion_steps``, ``synthesize.horizon``,
+``synthesize.guidance_scale``). push-T: ``synthesize.base`` was imitated from ``model.demos`` demos generated with
+``model.demo_seed``; ``model.path`` is a fitted ensemble (else one is fitted). One thread.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import time
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
+
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 from table import print_table
 from world_model import fit_model
 
@@ -46,8 +53,12 @@ from robo.world_model.synthesize import chunked_policy_target, segment_episodes,
 from robo.world_model.tasks import make_task
 
 START_SEED, EVAL_SEED = 70_000, 100_000
-SIZES = {"obstacle_reach": {"eval": 200, "starts": 256, "steps": 2000, "batch": 256},
-         "pusht": {"eval": 100, "starts": 512, "steps": 3000, "batch": 64}}
+# Overrides of configs/imagine.yaml applied before the command line's.
+BENCH_DEFAULTS = ["mode=synthesize", "task=obstacle_reach", "model.data_episodes=200", "model.fit_steps=5000"]
+STARTS = {"obstacle_reach": 256, "pusht": 512}  # imagined rollouts start from this many behaviour starts
+# Overrides of configs/imagine.yaml per task, after BENCH_DEFAULTS: fine-tuning and evaluation sizes.
+TASK_DEFAULTS = {"obstacle_reach": ["synthesize.finetune_batch=256", "synthesize.eval_episodes=200"],
+                 "pusht": ["synthesize.finetune_steps=3000", "synthesize.eval_episodes=100"]}
 
 
 def toy_base(seed: int, demos: int = 100, steps: int = 5000):
@@ -69,17 +80,17 @@ def toy_base(seed: int, demos: int = 100, steps: int = 5000):
     return policy, demos
 
 
-def experiment(task, base, demos, model, args, seed: int, generator=None) -> list[dict]:
-    size = SIZES[task.name]
+def experiment(task, base, demos, model, r, args, seed: int, generator=None) -> list[dict]:
+    """The table's rows for one ``base``; ``r`` is the config's ``synthesize`` node."""
 
     def success(policy) -> float:
-        return evaluate_chunked_policy(policy, lambda render_mode=None: task.make_env(), size["eval"],
+        return evaluate_chunked_policy(policy, lambda render_mode=None: task.make_env(), int(r.eval_episodes),
                                        seed=EVAL_SEED)["success_rate"]
 
-    starts, _ = task.collect(task.behaviour(seed + 7), size["starts"], seed=START_SEED, max_steps=1)
+    starts, _ = task.collect(task.behaviour(seed + 7), STARTS[task.name], seed=START_SEED, max_steps=1)
     start = np.stack([e["obs"][0] for e in starts])
     t = time.perf_counter()
-    imagined, st = imagined_successes(model, base, start, task, args.attempts, args.select, seed=seed)
+    imagined, st = imagined_successes(model, base, start, task, int(r.attempts), r.select, seed=seed)
     imagine_s = time.perf_counter() - t
     common = {"seed": seed, "imagined success": st["imagined_success"], "kept": st["kept"],
               "replay ok": replay_rate(task, imagined, len(start)), "imagine s": imagine_s}
@@ -87,7 +98,7 @@ def experiment(task, base, demos, model, args, seed: int, generator=None) -> lis
     runs = [("demos", demos, common), ("demos + imagined", demos + imagined, common), ("imagined", imagined, common)]
     if args.sim_reference:
         runs.append(("demos + sim successes", demos + sim_successes(task, base, len(start)), {"seed": seed}))
-    for label, scale in ((("unguided", 0.0), ("guided", args.guidance)) if generator else ()):
+    for label, scale in ((("unguided", 0.0), ("guided", float(r.guidance_scale))) if generator else ()):
         segments, stats = generated_episodes(task, generator, base, model, start, scale, args.max_residual, seed)
         runs += [(f"demos + {label} trajectory diffusion", demos + segments, {"seed": seed, **stats}),
                  (f"{label} trajectory diffusion", segments, {"seed": seed, **stats})]
@@ -95,7 +106,8 @@ def experiment(task, base, demos, model, args, seed: int, generator=None) -> lis
         if not data:
             rows.append({**info, "data": label, "sim success": float("nan")})  # nothing kept to fine-tune on
             continue
-        policy = finetune(copy.deepcopy(base), data, size["steps"], lr=args.lr, batch_size=size["batch"], seed=seed)
+        policy = finetune(copy.deepcopy(base), data, int(r.finetune_steps), lr=float(r.finetune_lr),
+                          batch_size=int(r.finetune_batch), seed=seed)
         rows.append({**info, "data": label, "sim success": success(policy)})
         print(rows[-1], flush=True)
     return rows
@@ -121,14 +133,14 @@ def replay_rate(task, episodes, starts: int) -> float:
     return float(replayed.mean()) if len(replayed) else float("nan")
 
 
-def fit_generator(task, data, args) -> TrajectoryDiffusion:
-    """Trajectory diffusion over (state, action, reward) segments of the behaviour ``data``, ended
-    episodes held in their final state (so segments from a start reach where the episodes ended)."""
+def fit_generator(task, data, horizon: int, steps: int) -> TrajectoryDiffusion:
+    """Trajectory diffusion over (state, action, reward) segments (``horizon`` steps) of the behaviour ``data``,
+    fitted ``steps`` steps, ended episodes held in their final state (so segments from a start reach where the
+    episodes ended)."""
     generator = TrajectoryDiffusion(TrajectoryDiffusionConfig(obs_dim=task.obs_dim, action_dim=task.action_dim,
-                                                              horizon=args.generator_horizon))
+                                                              horizon=horizon))
     t = time.perf_counter()
-    stats = generator.fit(segments_from_episodes(data, args.generator_horizon, pad_terminal=True),
-                          steps=args.generator_steps, seed=0)
+    stats = generator.fit(segments_from_episodes(data, horizon, pad_terminal=True), steps=steps, seed=0)
     print("generator", {**stats, "fit_seconds": time.perf_counter() - t}, flush=True)
     return generator
 
@@ -142,64 +154,49 @@ def sim_successes(task, policy, starts: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", default="obstacle_reach", choices=sorted(SIZES))
-    ap.add_argument("--seeds", type=int, default=3, help="toy: bases trained with N seeds from --first-seed")
-    ap.add_argument("--first-seed", type=int, default=0)
-    ap.add_argument("--base", default=None, help="push-T: the chunked policy checkpoint to improve")
-    ap.add_argument("--demos", type=int, default=None,
-                    help="demos the base is (toy, default 100) or was (push-T, default 200) imitated from")
-    ap.add_argument("--demo-seed", type=int, default=0)
-    ap.add_argument("--model", default=None, help="a fitted EnsembleDynamics folder")
-    ap.add_argument("--data", type=int, default=200, help="behaviour episodes to fit a model on (no --model)")
-    ap.add_argument("--fit-steps", type=int, default=5000)
-    ap.add_argument("--attempts", type=int, default=1, help="imagined rollouts per start")
-    ap.add_argument("--select", default="all", choices=["all", "shortest"])
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--start-spread", type=float, nargs=2, default=None, metavar=("X", "Y"),
-                    help="toy: half-widths (m) of the start box for behaviour data, imagined starts and evaluation")
-    ap.add_argument("--obstacle", type=float, nargs=2, default=None, metavar=("X", "Y"),
-                    help="toy: the obstacle's centre (m) for behaviour data, imagined starts and evaluation "
-                         "(the demos keep it at the origin)")
+    ap = parser(__doc__, "imagine", "task=pusht synthesize.base=<checkpoint> synthesize.attempts=8 model.fit_steps=500")
+    ap.add_argument("--seeds", type=int, default=3, help="toy: bases trained with seeds seed..seed+N-1")
     ap.add_argument("--base-steps", type=int, default=5000, help="toy: the base's training steps")
     ap.add_argument("--sim-reference", action="store_true",
                     help="also fine-tune on the base's successes in the simulator from the same starts")
-    ap.add_argument("--generator-steps", type=int, default=0,
+    ap.add_argument("--generator", action="store_true",
                     help="also fine-tune on trajectory-diffusion segments (unguided and guided toward the base), "
-                         "the generator fitted this many steps on the behaviour data (0: off)")
-    ap.add_argument("--generator-horizon", type=int, default=32, help="generated segment length (steps)")
-    ap.add_argument("--guidance", type=float, default=0.5, help="guided generator's guidance scale in (0, 1]")
+                         "the generator fitted synthesize.diffusion_steps on the behaviour data")
     ap.add_argument("--max-residual", type=float, default=float("inf"),
                     help="keep generated segments whose mean one-step residual under the ensemble is at most this")
     ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = parse(ap)
+    name = command_config(ap, "imagine", [*BENCH_DEFAULTS, *args.overrides]).task.name
+    if name not in TASK_DEFAULTS:
+        fail(ap, f"task={name}: choose task=obstacle_reach or task=pusht")
+    cfg = command_config(ap, "imagine", [*BENCH_DEFAULTS, *TASK_DEFAULTS[name], *args.overrides])
+    m, r = cfg.model, cfg.synthesize
+    if name == "pusht" and not r.base:
+        fail(ap, "task=pusht needs synthesize.base=<chunked policy checkpoint>")
     torch.set_num_threads(1)
-    scene = {k: tuple(v) for k, v in (("start_spread", args.start_spread), ("obstacle_center", args.obstacle))
-             if v is not None}
-    if scene and args.task != "obstacle_reach":
-        ap.error("--start-spread and --obstacle are obstacle_reach options")
-    task = make_task(args.task, scene or None)
-    data = task.collect(task.behaviour(0), args.data, seed=0)[0] if not args.model or args.generator_steps else None
-    if args.model:
-        model = EnsembleDynamics.load(args.model)
+    env_kwargs = OmegaConf.to_container(cfg.task.get("env_kwargs") or {}, resolve=True)
+    task = make_task(name, env_kwargs or None)
+    demo_count, steps = int(m.demos or cfg.task.demos), int(m.fit_steps)
+    data = (task.collect(task.behaviour(0), int(m.data_episodes), seed=0)[0] if not m.path or args.generator
+            else None)
+    if m.path:
+        model = EnsembleDynamics.load(m.path)
     else:
-        model, stats = fit_model(task, data, args.fit_steps, seed=0, hidden=[200, 200, 200])
+        model, stats = fit_model(task, data, steps, 0, m.hidden_dims, m.object_frame, int(m.members))
         print("model", stats, flush=True)
-    generator = fit_generator(task, data, args) if args.generator_steps else None
+    generator = fit_generator(task, data, int(r.horizon), int(r.diffusion_steps)) if args.generator else None
     rows = []
-    if args.task == "pusht":
-        if not args.base:
-            ap.error("--task pusht needs --base <chunked policy checkpoint>")
+    if name == "pusht":
         from robo.imitation.demos import pusht_demos
 
-        demos = pusht_demos(args.demos or 200, seed=args.demo_seed)
-        rows += experiment(task, load_policy(args.base), demos, model, args, 0, generator)
+        demos = pusht_demos(demo_count, seed=int(m.demo_seed))
+        rows += experiment(task, load_policy(r.base), demos, model, r, args, 0, generator)
     else:
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            base, demos = toy_base(seed, args.demos or 100, args.base_steps)
-            rows += experiment(task, base, demos, model, args, seed, generator)
-    print(f"\n{args.task}: fine-tuned on demos / imagined successes ({args.attempts} attempts per start, "
-          f"select {args.select}); sim success on {SIZES[args.task]['eval']} episodes")
+        for seed in range(int(cfg.seed), int(cfg.seed) + args.seeds):
+            base, demos = toy_base(seed, demo_count, args.base_steps)
+            rows += experiment(task, base, demos, model, r, args, seed, generator)
+    print(f"\n{name}: fine-tuned on demos / imagined successes ({r.attempts} attempts per start, "
+          f"select {r.select}); sim success on {r.eval_episodes} episodes")
     print_table(rows, ["seed", "data", "sim success", "imagined success", "kept", "replay ok", "imagine s"])
     if args.json:
         with open(args.json, "w") as f:
