@@ -79,7 +79,7 @@ def main() -> None:
     args = parse(ap)
     cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
     if bool(args.teacher) == bool(cfg.base):
-        fail(ap, "give one base policy: --teacher <hover policy checkpoint> (imitated here) or base=<chunked checkpoint>")
+        fail(ap, "give one base policy: --teacher <hover policy> (imitated here) or base=<chunked policy checkpoint>")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(int(cfg.threads))
     c = OmegaConf.to_container(cfg, resolve=True)

@@ -15,7 +15,7 @@ after this benchmark's defaults (``BENCH_DEFAULTS``); ``--curricula`` and ``--se
 
     python benchmarks/train_quadrotor.py                 # full (about 25 min on one core)
     python benchmarks/train_quadrotor.py --seeds 1 --skip-figure-eight total_steps=200000
-    python benchmarks/train_quadrotor.py --curricula none --skip-figure-eight trim.starts=16   # trimmed, as the main job
+    python benchmarks/train_quadrotor.py --curricula none --skip-figure-eight trim.starts=16   # trimmed, as deployed
 """
 
 from __future__ import annotations

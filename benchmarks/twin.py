@@ -2,37 +2,43 @@
 
 The "real robot" is a simulated PX4 vehicle with hidden parameters (a crazyflie 30 % heavier, thrust
 scale 1.1), sensor noise and latency, reached only through PX4Robot over loopback UDP (lockstep).
+Every setting is a Hydra override of ``configs/finetune.yaml`` (as for ``robo finetune``), applied after this
+benchmark's defaults (``BENCH_DEFAULTS``).
 
-1. Parameter identification: RAPTOR (+ 0.05 action dither for excitation) flies the robot
-   twin-in-the-loop for 10 s; the twin's mass, thrust scale and latency against the hidden truth.
+1. Parameter identification: RAPTOR (``twin_pretrain.identify_policy``, + 0.05 action dither for excitation)
+   flies the robot twin-in-the-loop for ``twin_pretrain.identify_steps`` ticks (10 s), with
+   ``real_robot.standin.sensors.latency_steps`` ticks of latency; the twin's mass, thrust scale and latency
+   against the hidden truth.
 2. Twin-vs-real correlation: a quality ladder of 8 RAPTOR variants (collective bias -0.10 .. +0.25)
-   flown on the robot and scored in the calibrated twin (all 8 at once, batched) and in the
-   uncalibrated (nominal) twin; Pearson correlation of the mean hover error.
-3. Fine-tuning (``--finetune``): a SAC residual on a base policy (``--base``: ``raptor`` or a checkpoint
-   folder, e.g. the ``make run`` policy trained on the nominal Crazyflie) on a Crazyflie 30 % heavier
-   (thrust nominal), learner in another process. ``--twin-pretrain N`` first identifies the robot
-   (1000 real steps) and pre-trains the learner for N steps in the calibrated twin (continuing from
-   the snapshot the twin scores best). Tracking error of base / twin-pretrained / fine-tuned (last)
-   / fine-tuned (the robot phase's snapshot the twin scores best) from the same hand-placed starts,
-   real steps, safety faults.
+   flown on the robot for ``episode_steps`` ticks and scored in the calibrated twin (all 8 at once, batched)
+   and in the uncalibrated (nominal) twin; Pearson correlation of the mean hover error.
+3. Fine-tuning (``--finetune``): a SAC residual (``residual_scale``, ``learner.*``) on a base policy (``base``:
+   ``raptor`` or a checkpoint folder, e.g. the ``make run`` policy trained on the nominal Crazyflie) on a
+   Crazyflie 30 % heavier (thrust nominal) for ``total_steps`` real steps, learner in another process; resets
+   by hand at START +- 0.1 m (``reset=prompt``) or flown back by RAPTOR (``reset=fly_back``).
+   ``twin_pretrain.steps=N`` first identifies the robot and pre-trains the learner for N steps in the calibrated
+   twin (continuing from the snapshot the twin scores best); ``twin_gate.tolerance`` lets only actors the twin
+   scores within that fraction of the best fly. Tracking error over ``eval_episodes`` episodes of base /
+   twin-pretrained / fine-tuned (last) / fine-tuned (the robot phase's snapshot the twin scores best) from the
+   same hand-placed starts, real steps, safety faults.
 
     nice -n 10 .venv/bin/python benchmarks/twin.py
-    nice -n 10 .venv/bin/python benchmarks/twin.py --skip-twin --finetune 5000 --twin-pretrain 60000 \
-        --residual-scale 0.5 --learner learning_rate=0.0001 gradient_steps=1 --base <nominal policy folder>
+    nice -n 10 .venv/bin/python benchmarks/twin.py --skip-twin --finetune total_steps=5000 twin_pretrain.steps=60000 \
+        residual_scale=0.5 learner.learning_rate=0.0001 learner.gradient_steps=1 base=<nominal policy folder>
 """
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import asdict, replace
 import tempfile
+from dataclasses import asdict, replace
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
+from omegaconf import OmegaConf
 
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 from policies.foundation import load_raptor
 from robo.factory import policy_by_name
 from robo.foundation.teachers import robot_entry
@@ -49,9 +55,12 @@ START = (0.2, -0.2, 1.1)
 MASS_SCALE, THRUST_SCALE = 1.3, 1.1
 NOISE = {"position_noise": 0.005, "velocity_noise": 0.01, "attitude_noise": 0.005, "angular_velocity_noise": 0.01}
 JITTER = 0.1  # m, spread of hand-placed starts around START (per axis)
-# the twin's training starts: like a hand launch near the reference (nearly level, at rest, motors at hover)
-HAND_LAUNCH = {"name": "hover", "episode_seconds": 2.0, "init": {"position_radius": 0.5, "angle_deg": 10.0}}
 BIASES = (-0.10, -0.05, 0.0, 0.05, 0.10, 0.15, 0.20, 0.25)
+# Overrides of configs/finetune.yaml applied before the command line's: hand resets, 10 evaluation episodes,
+# the learner at 4 updates per transition with actor snapshots for the twin to score, 2 ticks of sensor latency.
+BENCH_DEFAULTS = ["reset=prompt", "reset_steps=300", "eval_episodes=10", "learner.gradient_steps=4",
+                  "learner.sync_every=25", "learner.snapshot_every=500", "real_robot.standin.sensors.latency_steps=2"]
+RESETS = ("prompt", "fly_back")
 
 
 class Perturbed:
@@ -69,13 +78,13 @@ class Perturbed:
         return a.numpy() if isinstance(obs, np.ndarray) else a
 
 
-def identification(steps: int, latency: int) -> tuple[DigitalTwin, dict]:
+def identification(steps: int, latency: int, pilot: str = "raptor") -> tuple[DigitalTwin, dict]:
     truth = perturbed("crazyflie", MASS_SCALE, THRUST_SCALE)
     cfg = StandInConfig(robot=truth, initial_position=START, sensors={**NOISE, "latency_steps": latency})
     t0 = time.monotonic()
     with stand_in_robot(cfg) as robot:
         env = RobotEnv(robot, RobotEnvConfig(control_period=0.0))
-        twin, flight = identify(env, load_raptor(), "crazyflie", steps)
+        twin, flight = identify(env, policy_by_name(pilot), "crazyflie", steps)
     a = flight.arrays()
     return twin, {"ticks": len(a["mass"]), "mass": a["mass"][-1], "true_mass": truth["mass"],
                   "thrust_scale": a["thrust_scale"][-1], "latency": a["latency_steps"][-1],
@@ -109,32 +118,20 @@ def pearson(a, b) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--id-steps", type=int, default=1000)
-    ap.add_argument("--latency", type=int, default=2)
-    ap.add_argument("--eval-steps", type=int, default=200)
-    ap.add_argument("--finetune", type=int, default=0, help="real steps of fine-tuning (0: skip)")
+    ap = parser(__doc__, "finetune", "total_steps=5000 twin_pretrain.steps=60000 learner.learning_rate=0.0001 seed=1")
     ap.add_argument("--skip-twin", action="store_true", help="only the fine-tuning rows")
-    ap.add_argument("--base", default="raptor", help="fine-tuned base: 'raptor' or a policy checkpoint folder")
-    ap.add_argument("--ft-episodes", type=int, default=10, help="evaluation episodes each, before and after")
-    ap.add_argument("--residual-scale", type=float, default=0.2)
-    ap.add_argument("--reset", choices=("hand", "fly_back"), default="hand",
-                    help="fine-tuning resets: placed by hand at START +- 0.1 m, or flown back by RAPTOR")
-    ap.add_argument("--seed", type=int, default=0, help="fine-tuning seed (learner, twin, hand resets)")
-    ap.add_argument("--twin-pretrain", type=int, default=0, metavar="STEPS",
-                    help="identify the robot, then pre-train the residual for STEPS in the calibrated twin")
-    ap.add_argument("--gate", type=float, default=None, metavar="TOLERANCE",
-                    help="with --twin-pretrain: only actors the calibrated twin scores within TOLERANCE "
-                         "(a fraction) of the best so far fly on the robot (robo.twin.select.TwinGate)")
-    ap.add_argument("--learner", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="LearnerConfig fields, e.g. log_std_init=-2 gradient_steps=2")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    rows = [] if args.skip_twin else twin_rows(args)
+    ap.add_argument("--finetune", action="store_true", help="also fine-tune on the robot (total_steps real steps)")
+    args = parse(ap)
+    cfg = command_config(ap, "finetune", [*BENCH_DEFAULTS, *args.overrides])
+    if cfg.reset not in RESETS:
+        fail(ap, f"reset={cfg.reset}: choose one of {', '.join(RESETS)}")
+    if args.skip_twin and not args.finetune:
+        fail(ap, "--skip-twin leaves nothing to measure: add --finetune")
+    c = OmegaConf.to_container(cfg, resolve=True)
+    torch.set_num_threads(int(c["threads"]))
+    rows = [] if args.skip_twin else twin_rows(c)
     if args.finetune:
-        learner = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.learner)}
-        rows += run_finetune(args.finetune, args.base, args.ft_episodes, args.residual_scale, learner,
-                             args.twin_pretrain, args.reset, args.seed, gate=args.gate)
+        rows += run_finetune(c)
     w = max(len(r[0]) for r in rows)
     v = max(len(r[1]) for r in rows)
     print(f"{'measure':<{w}}  {'value':<{v}}  note\n" + "-" * (w + v + 40))
@@ -142,25 +139,27 @@ def main() -> None:
         print(f"{r[0]:<{w}}  {r[1]:<{v}}  {r[2]}")
 
 
-def twin_rows(args) -> list[tuple[str, str, str]]:
-    rows = []
-    twin, ident = identification(args.id_steps, args.latency)
+def twin_rows(c: dict) -> list[tuple[str, str, str]]:
+    """Identification and twin-vs-real correlation rows; ``c`` is the resolved finetune config."""
+    rows, tp, steps = [], c["twin_pretrain"], int(c["episode_steps"])
+    latency = int(c["real_robot"]["standin"]["sensors"]["latency_steps"])
+    twin, ident = identification(int(tp["identify_steps"]), latency, tp["identify_policy"])
     rows += [("id: flight", f"{ident['ticks'] / 100:.1f} s", "twin-in-the-loop, dither 0.05"),
              ("id: mass", f"{ident['mass']:.5f} kg", f"true {ident['true_mass']:.5f}, error "
               f"{100 * abs(ident['mass'] / ident['true_mass'] - 1):.2f} %"),
              ("id: thrust scale", f"{ident['thrust_scale']:.4f}",
               f"true {THRUST_SCALE}, error {100 * abs(ident['thrust_scale'] / THRUST_SCALE - 1):.2f} %"),
-             ("id: latency", f"{ident['latency']} ticks", f"true {args.latency}"),
+             ("id: latency", f"{ident['latency']} ticks", f"true {latency}"),
              ("id: prediction RMS", f"{ident['pred_err'][0]:.4f} m / {ident['pred_err'][1]:.4f} m/s",
               f"faults {ident['faults']}, wall {ident['wall']:.0f} s")]
     t0 = time.monotonic()
-    real = real_scores(args.eval_steps)
+    real = real_scores(steps)
     t_real = time.monotonic() - t0
     policies = [Perturbed(bias=b) for b in BIASES]
     t0 = time.monotonic()
-    cal = hover_scores(evaluate_in_twin(policies, twin.calibrated_params(), START, steps=args.eval_steps)[:, :, 0])
+    cal = hover_scores(evaluate_in_twin(policies, twin.calibrated_params(), START, steps=steps)[:, :, 0])
     t_twin = time.monotonic() - t0
-    nom = hover_scores(evaluate_in_twin(policies, "crazyflie", START, steps=args.eval_steps)[:, :, 0])
+    nom = hover_scores(evaluate_in_twin(policies, "crazyflie", START, steps=steps)[:, :, 0])
     rows += [("corr: real mean error", " ".join(f"{x:.3f}" for x in real),
               f"{len(BIASES)} checkpoints, {t_real:.0f} s"),
              ("corr: calibrated twin", " ".join(f"{x:.3f}" for x in cal["mean_error"]), f"all at once, {t_twin:.1f} s"),
@@ -170,36 +169,39 @@ def twin_rows(args) -> list[tuple[str, str, str]]:
     return rows
 
 
-def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_scale: float = 0.2,
-                 learner: dict | None = None, twin_steps: int = 0, reset_mode: str = "hand", seed: int = 0,
-                 id_steps: int = 1000, reset_steps: int = 300, gate: float | None = None) -> list[tuple[str, str, str]]:
-    learner = LearnerConfig(**{"learning_starts": 200, "batch_size": 128, "sync_every": 25, "checkpoint_every": 200,
-                               "gradient_steps": 4, "snapshot_every": 500, "seed": seed, **(learner or {})})  # UTD 4
+def run_finetune(c: dict) -> list[tuple[str, str, str]]:
+    """Fine-tuning rows; ``c`` is the resolved finetune config."""
+    base, episodes, seed = c["base"], int(c["eval_episodes"]), int(c["seed"])
+    residual_scale = float(c["residual_scale"])
+    twin_steps, gate = int(c["twin_pretrain"]["steps"]), c["twin_gate"]["tolerance"]
+    learner = LearnerConfig(**{**c["learner"], "seed": seed})
     cfg = StandInConfig(robot=perturbed("crazyflie", MASS_SCALE, 1.0), initial_position=START)
     t0 = time.monotonic()
     rows, actors = [], {"base": None}
     with stand_in(cfg) as lab, tempfile.TemporaryDirectory() as d:
         robot = lab.robot
-        env = RobotEnv(robot, RobotEnvConfig(max_steps=200, control_period=0.0))
+        env = RobotEnv(robot, RobotEnvConfig(max_steps=int(c["episode_steps"]), control_period=0.0))
         policy = policy_by_name(base)
         rng = np.random.default_rng(seed)
         jittered = lambda: np.asarray(START) + rng.uniform(-JITTER, JITTER, 3)  # noqa: E731
         person = HumanPrompt(lambda message: lab.put_back(jittered()))
         # by hand: the person puts the robot back every episode; fly_back: RAPTOR flies it back (the person
         # only after a crash, when it cannot arm)
-        reset = person if reset_mode == "hand" else FlyBack(load_raptor(), START, reset_steps, person)
+        reset = person if c["reset"] == "prompt" else FlyBack(load_raptor(), START, int(c["reset_steps"]), person)
         adapter = ResidualAdapter(policy, residual_scale)
         if twin_steps:
-            pre_rows, identified = pretrain_rows(lab, policy, d, twin_steps, id_steps, residual_scale, learner, seed)
+            pre_rows, identified = pretrain_rows(lab, policy, d, c["twin_pretrain"], residual_scale, learner, seed)
             rows += pre_rows
             actors["twin-pretrained"] = load_finetuned_actor(d, learner)
             # the reward's hover command (and the first observation's action) from the identified robot
             env = RobotEnv(robot, replace(env.config, robot=robot_entry(identified, "crazyflie")))
             if gate is not None:
-                learner = replace(learner, twin_gate=TwinGate.config(base, robot_entry(identified, "crazyflie"), START,
-                                                                     residual_scale, gate))
-        s = finetune(env, adapter, d, FinetuneConfig(total_steps=steps, residual_scale=residual_scale, seed=seed,
-                                                     learner=asdict(learner)), reset=reset)
+                twin_gate = TwinGate.config(base, robot_entry(identified, "crazyflie"), START, residual_scale, gate,
+                                            every=c["twin_gate"]["every"])
+                learner = replace(learner, twin_gate=twin_gate)
+        ft = FinetuneConfig(total_steps=int(c["total_steps"]), residual_scale=residual_scale, seed=seed,
+                            learner=asdict(learner))
+        s = finetune(env, adapter, d, ft, reset=reset)
         train_faults, train_wall = _faults(robot), time.monotonic() - t0
         if s["gate"]:
             rows.append(("ft: twin gate", f"{sum(a for _, _, a in s['gate'])} of {len(s['gate'])} admitted",
@@ -232,14 +234,17 @@ def run_finetune(steps: int, base: str = "raptor", episodes: int = 10, residual_
                     f"{put_back} times")]
 
 
-def pretrain_rows(lab, policy, directory, twin_steps, id_steps, residual_scale, learner, seed) -> list:
-    """Identify the robot with the twin (RAPTOR + dither, twin-in-the-loop), then pre-train the residual
-    learner in the calibrated twin; the fine-tuning run resumes from ``directory``."""
+def pretrain_rows(lab, policy, directory, tp: dict, residual_scale, learner, seed) -> list:
+    """Identify the robot with the twin (``tp["identify_policy"]`` + dither, twin-in-the-loop), then pre-train the
+    residual learner in the calibrated twin (``tp``: the config's ``twin_pretrain``); the fine-tuning run resumes
+    from ``directory``."""
     lab.put_back(START)
     env = RobotEnv(lab.robot, RobotEnvConfig(control_period=0.0))
-    params = identify(env, load_raptor(), "crazyflie", id_steps)[0].calibrated_params()
-    c = TwinPretrainConfig(steps=twin_steps, residual_scale=residual_scale, task=HAND_LAUNCH, learning_rate=3e-4,
-                           select_start=START, seed=seed)
+    id_steps, twin_steps = int(tp["identify_steps"]), int(tp["steps"])
+    params = identify(env, policy_by_name(tp["identify_policy"]), tp["nominal"], id_steps)[0].calibrated_params()
+    c = TwinPretrainConfig(steps=twin_steps, residual_scale=residual_scale, task=tp["task"],
+                           learning_rate=float(tp["learning_rate"]), snapshot_every=int(tp["snapshot_every"]),
+                           select_start=START if tp["select"] else None, seed=seed)
     pre = pretrain_in_twin(policy, params, directory, c, learner, lab.robot.config)
     scores = " ".join(f"{v:.3f}" for v in pre["scores"].values())
     return [("ft: identified mass", f"{params.mass * 1000:.2f} g",
