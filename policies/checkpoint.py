@@ -46,6 +46,19 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
         raise
 
 
+def remove_unfinished(directory: str | Path) -> None:
+    """Clear what an ``atomic_directory(directory)`` killed midway left beside ``directory``: its temporary
+    folders, and, where it died between its two renames, the previous version (put back as ``directory``)."""
+    directory = Path(directory)
+    for stale in directory.parent.glob(f".{directory.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for old in sorted(directory.parent.glob(f".{directory.name}.old-*")):
+        if directory.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, directory)
+
+
 def save_checkpoint(directory: str | Path, kind: str, config: Any, tensors: dict[str, torch.Tensor],
                     metadata: dict | None = None) -> Path:
     """Atomically write ``tensors`` and ``config`` (a dataclass or dict) into ``directory``."""
@@ -66,11 +79,18 @@ def load_checkpoint(directory: str | Path) -> tuple[str, dict, dict[str, torch.T
     for name in (CONFIG, WEIGHTS):
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory} is not a robo checkpoint: {name} is missing")
-    with open(directory / CONFIG) as f:
-        doc = json.load(f)
+    try:
+        with open(directory / CONFIG) as f:
+            doc = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{directory / CONFIG} is corrupt ({e}); save the policy again") from e
     if doc.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{directory}: checkpoint format {doc.get('format_version')} is not {FORMAT_VERSION}")
-    return doc["kind"], doc["config"], load_file(str(directory / WEIGHTS)), doc.get("metadata", {})
+    try:
+        tensors = load_file(str(directory / WEIGHTS))
+    except Exception as e:  # safetensors raises its own SafetensorError (truncated or not a safetensors file)
+        raise ValueError(f"{directory / WEIGHTS} is corrupt or truncated ({e}); save the policy again") from e
+    return doc["kind"], doc["config"], tensors, doc.get("metadata", {})
 
 
 class TorchPolicyCheckpointing:

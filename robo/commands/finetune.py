@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from hardware.drivers.px4 import PX4Robot
@@ -20,13 +19,16 @@ from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAda
     load_finetuned_actor
 from robo.real.learner import LATEST, LearnerConfig, load_snapshots
 from robo.real.robot_env import RobotEnv, RobotEnvConfig
-from robo.run_dir import write_json, write_resolved_config
+from robo.run_dir import resume_config, seed_run, with_run_groups, write_json, write_resolved_config
 from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
 from robo.twin.select import TwinGate, best_in_twin
 from robo.twin.standin import StandInConfig, stand_in
 
 log = logging.getLogger(__name__)
 IDENTIFIED = "identified_robot.json"  # the twin's calibrated robot (preset, mass, thrust curve), kept for resumes
+# what resume=<run> may change: how long, how the robot is reached and reset, how many evaluation episodes
+RESUMABLE_CHANGES = {"total_steps", "threads", "eval_episodes", "reset", "reset_steps", "real_robot.connection"}
+rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 
 @contextlib.contextmanager
@@ -52,11 +54,13 @@ def open_robot(c: dict):
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    torch.set_num_threads(int(cfg.threads))
+    if cfg.resume:  # continue from the run's own config: its checkpoints, step count and identified robot
+        cfg = resume_config(cfg, RESUMABLE_CHANGES, "finetune")
+        run_dir = Path(cfg.resume)
+    seed_run(int(cfg.seed), int(cfg.threads))
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["reset"] not in ("fly_back", "prompt"):
         raise ValueError(f"reset={c['reset']!r}; choose fly_back or prompt")
-    run_dir = Path(c["resume"]) if c.get("resume") else run_dir
     write_resolved_config(run_dir, cfg)
     start = tuple(c["real_robot"].get("standin", {}).get("initial_position", c["hover_position"]))
     gate = c["twin_gate"]

@@ -19,11 +19,10 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from policies.world_model import EnsembleDynamics
-from robo.run_dir import write_json, write_resolved_config
+from robo.run_dir import seed_run, write_json, write_resolved_config
 
 from robo.world_model.imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
 from robo.world_model.policies import NoisyPolicy, PushTExpertPolicy
@@ -267,8 +266,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["mode"] not in MODES:
         raise ValueError(f"unknown mode {c['mode']!r}: use robo imagine {'|'.join(MODES)}")
-    torch.set_num_threads(int(c["threads"]) or torch.get_num_threads())
-    torch.manual_seed(int(c["seed"]))
+    seed_run(int(c["seed"]), int(c["threads"]))
     write_resolved_config(run_dir, cfg)
     task = (make_task(c["task"]["name"], c["task"].get("env_kwargs")) if isinstance(c["task"], dict)
             else make_task(c["task"]))

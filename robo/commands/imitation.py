@@ -8,11 +8,10 @@ import logging
 from dataclasses import fields
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from robo.plots import plot_learning_curve
-from robo.run_dir import check_resume_config, write_json, write_resolved_config
+from robo.run_dir import resume_config, seed_run, write_json, write_resolved_config
 
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.distill import DistillConfig, teacher_labels
@@ -21,8 +20,8 @@ from robo.imitation.sources import init_weights, load_episodes, make_imitation_p
 from robo.imitation.trainer import ImitationTrainer, TrainConfig
 
 log = logging.getLogger(__name__)
-RESUMABLE_CHANGES = {"resume", "threads", "policy.train.steps", "policy.train.keep_every", "task.eval.episodes",
-                     "video"}
+# what resume=<run> may change
+RESUMABLE_CHANGES = {"threads", "policy.train.steps", "policy.train.keep_every", "task.eval.episodes", "video"}
 
 
 def is_imitation(cfg: DictConfig) -> bool:
@@ -55,14 +54,12 @@ def evaluator(task: dict, episodes: int, video_dir: Path | None = None, video_na
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    _check(cfg)
-    torch.set_num_threads(int(cfg.threads) or torch.get_num_threads())
-    torch.manual_seed(int(cfg.seed))
-    c = OmegaConf.to_container(cfg, resolve=True)
-    if cfg.resume:
+    if cfg.resume:  # continue from the run's own config
+        cfg = resume_config(cfg, RESUMABLE_CHANGES, "train")
         run_dir = Path(cfg.resume)
-        check_resume_config(run_dir, c, RESUMABLE_CHANGES, "train")
-        log.info("resuming %s", run_dir)
+    _check(cfg)
+    seed_run(int(cfg.seed), int(cfg.threads))
+    c = OmegaConf.to_container(cfg, resolve=True)
     write_resolved_config(run_dir, cfg)
     task, pcfg = c["task"], c["policy"]
     episodes = load_episodes(task, c.get("dataset"), c.get("demos"), int(c["seed"]), c.get("extra_dataset"))

@@ -9,19 +9,19 @@ from importlib import resources
 from pathlib import Path
 
 import gymnasium as gym
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.plots import plot_learning_curve
-from robo.run_dir import check_resume_config, write_json, write_resolved_config
+from robo.run_dir import resume_config, seed_run, with_run_groups, write_json, write_resolved_config
 
 from robo.steer.trainer import SteerTrainer
 
 log = logging.getLogger(__name__)
 ALGO_CONFIGS = resources.files("robo.configs") / "algo"  # the repository's configs/algo
-RESUMABLE_CHANGES = {"resume", "threads", "total_env_steps", "eval", "video", "base"}
+RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "video", "progress"}  # what resume=<run> may change
+rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 
 def algo_config(name: str, overrides: list[str] | None = None) -> dict:
@@ -45,14 +45,11 @@ def task_env_factory(task: dict):
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    torch.set_num_threads(int(cfg.threads) or torch.get_num_threads())
-    torch.manual_seed(int(cfg.seed))
-    c = OmegaConf.to_container(cfg, resolve=True)
-    if cfg.resume:
+    if cfg.resume:  # continue from the run's own config (its base policy too)
+        cfg = resume_config(cfg, RESUMABLE_CHANGES, "steer")
         run_dir = Path(cfg.resume)
-        check_resume_config(run_dir, c, RESUMABLE_CHANGES, "steer")
-        c["base"] = OmegaConf.load(run_dir / "config.yaml").get("base")
-        log.info("resuming %s", run_dir)
+    seed_run(int(cfg.seed), int(cfg.threads))
+    c = OmegaConf.to_container(cfg, resolve=True)
     mode = c["algo"].get("mode", "latent")
     if mode != "action" and not c.get("base"):
         raise ValueError("robo steer needs the frozen policy to steer: base=<policy checkpoint folder> "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from robo.evaluate import rollout
@@ -13,37 +12,30 @@ from robo.factory import make_policy
 from robo.media import write_flight_media
 from robo.plots import plot_learning_curve
 from robo.rl.trainer import BEST, LATEST, Trainer
-from robo import run_dir as run_dir_module
-from robo.run_dir import write_json, write_resolved_config
+from robo.run_dir import resume_config, saved_config, seed_run, with_run_groups, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
-RESUMABLE_CHANGES = {"resume", "total_steps", "threads", "video", "plot_envs"}
+RESUMABLE_CHANGES = {"total_steps", "threads", "video", "plot_envs"}  # what resume=<run> may change
+rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 IMITATION_ONLY = ("dataset", "extra_dataset", "demos")  # train.yaml keys that RL training does not read
 SUMMARY_KEYS = {"step": "step", "median_position_error": "final_median_position_error", "crashes": "crashes",
                 "success_rate": "success_rate"}  # summary name -> evaluation key
 
 
-def check_resume_config(run_dir: Path, c: dict) -> None:
-    """Refuse to resume ``run_dir`` with a config that differs from the one it was started with."""
-    run_dir_module.check_resume_config(run_dir, c, RESUMABLE_CHANGES, "train")
-
-
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     from robo.commands.imitation import is_imitation, run as run_imitation
 
-    if is_imitation(cfg):
+    if is_imitation(saved_config(cfg.resume, "train") if cfg.resume else cfg):
         return run_imitation(cfg, run_dir)
+    if cfg.resume:  # continue from the run's own config
+        cfg = resume_config(cfg, RESUMABLE_CHANGES, "train")
+        run_dir = Path(cfg.resume)
     given = [k for k in IMITATION_ONLY if cfg.get(k) is not None]
     if given:
         raise ValueError(f"{', '.join(given)}: imitation settings, but task {cfg.task.name!r} is learned by RL "
                          f"(choose an imitation policy and task, e.g. policy=energy task=pusht)")
-    torch.set_num_threads(int(cfg.threads) or torch.get_num_threads())
-    torch.manual_seed(int(cfg.seed))
+    seed_run(int(cfg.seed), int(cfg.threads))
     c = OmegaConf.to_container(cfg, resolve=True)
-    if cfg.resume:
-        run_dir = Path(cfg.resume)
-        check_resume_config(run_dir, c)
-        log.info("resuming %s", run_dir)
     write_resolved_config(run_dir, cfg)
     trainer = Trainer(c, run_dir)
     final = trainer.train(resume=bool(cfg.resume))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,14 +24,13 @@ import torch
 from diffusers.optimization import get_scheduler
 from tqdm import tqdm
 
-from policies.checkpoint import atomic_directory
 from policies.chunked import ChunkedPolicy
+from robo.run_dir import LATEST, checkpoint, rng_state, set_rng_state, write_checkpoint
 
 from .data import ChunkWindows
 from .distill import TeacherLabels
 
 log = logging.getLogger(__name__)
-LATEST = "latest"
 STATE = "training_state.pt"
 
 
@@ -67,18 +65,6 @@ class TrainConfig:
             raise ValueError(f"train.lr must be > 0, got {self.lr}")
 
 
-def _rng_state(gen: torch.Generator) -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            "sampler": gen.get_state()}
-
-
-def _set_rng_state(state: dict, gen: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    gen.set_state(state["sampler"])
-
-
 class ImitationTrainer:
     """Train ``policy`` on ``windows`` (``ChunkWindows``, or anything with ``len`` and ``batch(ids)``, e.g.
     ``distill.TeacherLabels``) in ``run_dir``. ``evaluate(policy, step) -> dict`` (optional) is called
@@ -106,19 +92,15 @@ class ImitationTrainer:
         ema = getattr(self.policy, "ema", None)
         state = {"step": self.step, "model": self.policy.model.state_dict(),
                  "ema": ema.state_dict() if ema is not None else None, "optimizer": self.optimizer.state_dict(),
-                 "lr_scheduler": self.lr_scheduler.state_dict(), "rng": _rng_state(self.sampler),
+                 "lr_scheduler": self.lr_scheduler.state_dict(), "rng": rng_state(self.sampler),
                  "history": self.history, "wall_time": self.wall_time}
-        with atomic_directory(self.latest) as tmp:
-            self.policy.save(tmp / "policy")
+        with checkpoint(self.latest, self.policy) as tmp:
             torch.save(state, tmp / STATE)
         return self.latest
 
     def keep_policy(self) -> Path:
         """Keep the deployable policy of this step in ``checkpoints/step_<step>/policy`` (atomic)."""
-        kept = self.run_dir / "checkpoints" / f"step_{self.step:07d}"
-        with atomic_directory(kept) as tmp:
-            self.policy.save(tmp / "policy")
-        return kept
+        return write_checkpoint(self.run_dir / "checkpoints" / f"step_{self.step:07d}", self.policy)
 
     def load_checkpoint(self, path: Path | None = None) -> int:
         path = Path(path or self.latest)
@@ -130,7 +112,7 @@ class ImitationTrainer:
             self.policy.ema.load_state_dict(state["ema"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-        _set_rng_state(state["rng"], self.sampler)
+        set_rng_state(state["rng"], self.sampler)
         self.step, self.history, self.wall_time = int(state["step"]), state["history"], float(state["wall_time"])
         self._truncate_csv()
         return self.step

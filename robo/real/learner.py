@@ -2,7 +2,7 @@
 
 Runs in its own process (``multiprocessing``, spawn): it receives transitions on ``transitions``,
 adds them to SAC's replay buffer, takes gradient steps, sends the actor's weights back on
-``updates`` every ``sync_every`` transitions, and checkpoints atomically (``atomic_directory``:
+``updates`` every ``sync_every`` transitions, and checkpoints atomically (``robo.run_dir.checkpoint``:
 ``sb3.zip``, ``replay_buffer.pkl``, ``demos.npz`` (the transitions a human intervened on) and
 ``state.json`` with the number of transitions it holds) every ``checkpoint_every`` transitions.
 Killed at any moment, it restarts from the last checkpoint; the actor re-sends what came after.
@@ -15,10 +15,8 @@ steering of a diffusion policy plugs in there, with the same learner).
 from __future__ import annotations
 
 import copy
-import json
 import os
 import queue
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,9 +26,8 @@ import torch
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from policies.checkpoint import atomic_directory
-
-LATEST = "latest"
+from policies.checkpoint import remove_unfinished
+from robo.run_dir import LATEST, checkpoint, read_state, seed_run
 
 
 @dataclass
@@ -170,15 +167,14 @@ def load_learner(directory: Path, c: LearnerConfig):
     from stable_baselines3 import SAC
 
     latest = Path(directory) / LATEST
-    for stale in Path(directory).glob(f".{LATEST}.tmp-*"):  # a checkpoint a killed learner never finished
-        shutil.rmtree(stale, ignore_errors=True)
-    if not (latest / "state.json").exists():
+    remove_unfinished(latest)  # a checkpoint a killed learner never finished
+    state = read_state(latest)
+    if state is None:
         return build_sac(c), 0, []
     model = SAC.load(latest / "sb3.zip", env=SpacesEnv(c.obs_dim, c.action_dim), device="cpu")
     model.learning_rate = c.learning_rate  # this config's rate from here on (e.g. lower on the robot than in the twin)
     model._setup_lr_schedule()
     model.load_replay_buffer(latest / "replay_buffer.pkl")
-    state = json.loads((latest / "state.json").read_text())
     demos = np.load(latest / "demos.npz")["index"].tolist() if (latest / "demos.npz").exists() else []
     return model, int(state["transitions"]), demos
 
@@ -190,11 +186,10 @@ def save_learner(directory: Path, model, transitions: int, demos: list, c: Learn
     state = {"transitions": transitions, "config": asdict(c)}
     if gate_best is not None and np.isfinite(gate_best):
         state["gate_best"] = float(gate_best)
-    with atomic_directory(Path(directory) / LATEST) as tmp:
+    with checkpoint(Path(directory) / LATEST, state=state) as tmp:
         model.save(tmp / "sb3.zip")
         model.save_replay_buffer(tmp / "replay_buffer.pkl")
         np.savez(tmp / "demos.npz", index=np.asarray(demos, dtype=np.int64))
-        (tmp / "state.json").write_text(json.dumps(state, indent=1))
     return Path(directory) / LATEST
 
 
@@ -204,8 +199,8 @@ def learner_main(directory: str, config: dict, transitions: "queue.Queue", updat
     ``("checkpoint", n)``, ``("stopped", n)``, with a twin gate ``("gate", n, score, admitted)``."""
     from stable_baselines3.common.logger import configure
 
-    torch.set_num_threads(1)
     c = LearnerConfig(**config)
+    seed_run(c.seed, threads=1)
     model, n, demos = load_learner(Path(directory), c)
     model.set_logger(configure(None, []))
     if isinstance(model.replay_buffer, MixedReplayBuffer):
@@ -271,7 +266,7 @@ def _gate(c: LearnerConfig, directory: Path):
     if every < 1:
         raise ValueError(f"twin_gate.every must be >= 1, got {every}")
     gate = TwinGate.from_config(dict(c.twin_gate))
-    state = directory / LATEST / "state.json"
-    if state.exists():
-        gate.best = float(json.loads(state.read_text()).get("gate_best", np.inf))
+    state = read_state(directory / LATEST)
+    if state is not None:
+        gate.best = float(state.get("gate_best", np.inf))
     return gate, every

@@ -13,7 +13,6 @@ evaluation so far (fewest crashes, then lowest median final position error) and 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -28,7 +27,6 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
-from policies.checkpoint import atomic_directory
 from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevelReplay, ScheduledCurriculum,
                              apply)
 from robo.curriculum.level_sampler import LevelReplayParamSampler
@@ -38,6 +36,7 @@ from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
 from robo.rl.replay_file import load_filled, save_filled
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.rl.trim import trim_policy
+from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint
 from sims.envs import OBS_DIM, QuadrotorVectorEnv, make_batched_task
 from sims.envs.quadrotor_env import make_robot
 from sims.quadrotor.randomization import RandomizationConfig
@@ -45,7 +44,6 @@ from sims.quadrotor.randomization import RandomizationConfig
 log = logging.getLogger(__name__)
 ALGORITHMS = {"td3": TD3, "sac": SAC, "ppo": PPO}
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
-LATEST, BEST = "latest", "best"
 AVERAGE_FILE = "actor_average.safetensors"
 
 
@@ -234,14 +232,16 @@ class Trainer:
         if self.best is not None and evaluation_key(m) >= evaluation_key(self.best):
             return
         self.best = m
-        with atomic_directory(self.ckpt_dir / BEST) as tmp:
-            (flown if flown is not None else self.deployed_policy())[0].save(tmp / "policy")
-            (tmp / "metrics.json").write_text(json.dumps(m, indent=1, default=float))
+        write_checkpoint(self.ckpt_dir / BEST, (flown if flown is not None else self.deployed_policy())[0], m,
+                         "metrics.json")
         log.info("new best at step %d: %s -> %s", m["step"], describe(m), f"{self.ckpt_dir.name}/{BEST}")
 
     def save_checkpoint(self, step: int) -> Path:
-        with atomic_directory(self.ckpt_dir / LATEST) as tmp:
-            self.policy().save(tmp / "policy")
+        state = {"step": step, "history": self.history, "curriculum_log": self.curriculum_log.rows,
+                 "curriculum": self.curriculum.state_dict() if self.curriculum else None,
+                 "level_replay": self.level_sampler.replay.state_dict() if self.level_sampler else None,
+                 "task_config": _task_state(self.venv)}
+        with checkpoint(self.ckpt_dir / LATEST, self.policy(), state) as tmp:
             self.model.save(tmp / "sb3.zip")
             if isinstance(self.model, OffPolicyAlgorithm):
                 save_filled(self.model, tmp / "replay_buffer.pkl")
@@ -249,11 +249,6 @@ class Trainer:
                 self.sb3_env.save(str(tmp / "vec_normalize.pkl"))
             if self.actor_average is not None:
                 save_file(self.actor_average.actor.state_dict(), tmp / AVERAGE_FILE)
-            state = {"step": step, "history": self.history, "curriculum_log": self.curriculum_log.rows,
-                     "curriculum": self.curriculum.state_dict() if self.curriculum else None,
-                     "level_replay": self.level_sampler.replay.state_dict() if self.level_sampler else None,
-                     "task_config": _task_state(self.venv)}
-            (tmp / "state.json").write_text(json.dumps(state, indent=1, default=float))
         return self.ckpt_dir / LATEST
 
     def _load_checkpoint(self, path: Path) -> int:
@@ -265,10 +260,9 @@ class Trainer:
             self.actor_average.attach(self.model)
             self.actor_average.actor.load_state_dict(load_file(path / AVERAGE_FILE))
         self._load_observation_stats(path)
-        state = json.loads((path / "state.json").read_text())
+        state = read_state(path)
         self.history = state["history"]
-        best = self.ckpt_dir / BEST / "metrics.json"  # may be newer than this checkpoint
-        self.best = json.loads(best.read_text()) if best.exists() else None
+        self.best = read_state(self.ckpt_dir / BEST, "metrics.json")  # may be newer than this checkpoint
         self.curriculum_log.rows = state["curriculum_log"]
         if self.curriculum and state["curriculum"] is not None:
             self.curriculum.load_state_dict(state["curriculum"])

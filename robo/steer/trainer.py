@@ -10,7 +10,6 @@ continues from ``latest``.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -25,21 +24,19 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 from tqdm import tqdm
 
-from policies.checkpoint import atomic_directory
 from policies.chunked import ChunkedPolicy
 from policies.mlp import MLPActor
 from policies.steered import GaussianNoiseActor, SteeredConfig, SteeredPolicy
 from robo.rl.asymmetric import export_actor
 from robo.rl.callbacks import DivergenceError, parameters_finite
+from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint
 
 from .critics import LayerNormCriticSACPolicy
 from .dsrl_na import DSRLNA, DSRLNAConfig
 from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv
 
 log = logging.getLogger(__name__)
-LATEST = "latest"
 NA_STATE = "dsrl_na.pt"
-BEST = "best"  # checkpoints/best/policy: the steered policy of the best evaluation so far
 MODES = ("latent", "residual", "action")
 WARMUPS = ("uniform", "base")  # warm-up decisions: uniform in the action box, or the base policy's noise
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
@@ -236,7 +233,7 @@ class SteerTrainer:
         earlier = [h["success_rate"] for h in self.history[:-1] if not h.get("final")]
         if self.mode == "latent" and (not earlier or (not m.get("final") and m["success_rate"] > max(earlier))):
             # steering's evaluations can dip late in training: keep the best steered policy too
-            self.steered_policy().save(self.ckpt_dir / BEST / "policy")
+            write_checkpoint(self.ckpt_dir / BEST, self.steered_policy())
 
     # the deployable policy ----------------------------------------------------------------
     def steered_policy(self) -> SteeredPolicy:
@@ -266,16 +263,13 @@ class SteerTrainer:
         na = isinstance(self.model, DSRLNA)
         if not parameters_finite(self.model.actor.parameters() if na else self.model.policy.parameters()):
             raise DivergenceError(f"non-finite network parameters at env step {self.env_steps}")
-        with atomic_directory(self.ckpt_dir / LATEST) as tmp:
+        policy = self.steered_policy() if self.mode == "latent" else None
+        with checkpoint(self.ckpt_dir / LATEST, policy, {"env_steps": self.env_steps, "history": self.history}) as tmp:
             if na:
                 torch.save(self.model.state_dict(), tmp / NA_STATE)
             else:
                 self.model.save(tmp / "sb3.zip")
                 self.model.save_replay_buffer(tmp / "replay_buffer.pkl")
-            if self.mode == "latent":
-                self.steered_policy().save(tmp / "policy")
-            state = {"env_steps": self.env_steps, "history": self.history}
-            (tmp / "state.json").write_text(json.dumps(state, indent=1))
         return self.ckpt_dir / LATEST
 
     def _load_checkpoint(self, path: Path) -> None:
@@ -286,7 +280,7 @@ class SteerTrainer:
             self.model = SteerSAC.load(path / "sb3.zip", env=self.venv,
                                        tensorboard_log=str(self.run_dir / "tensorboard"))
             self.model.load_replay_buffer(path / "replay_buffer.pkl")
-        state = json.loads((path / "state.json").read_text())
+        state = read_state(path)
         self._env_step_offset = int(state["env_steps"]) - sum(e.total_env_steps for e in self.envs)
         self.history = state["history"]
 

@@ -24,10 +24,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from hardware.safety import SafetyConfig
 from policies.base import Policy
-from robo.real.learner import (LearnerConfig, MixedReplayBuffer, build_sac, load_snapshots, save_learner,
-                               save_snapshot)
+from robo.real.learner import (LATEST, LearnerConfig, MixedReplayBuffer, build_sac, load_snapshots,
+                               save_learner, save_snapshot)
 from robo.real.robot_env import RobotEnv
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
+from robo.run_dir import seed_run
 from robo.twin.runner import TwinFlight, fly_with_twin
 from robo.twin.select import best_in_twin
 from sims.envs import QuadrotorTaskConfig, QuadrotorVectorEnv, make_task_config
@@ -150,9 +151,9 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
     episode ends, with the termination penalty, where the robot's safety layer would fault.
     Returns {steps, wall_s, transitions} (+ selected, scores with ``config.select_start``)."""
     c, lc = config or TwinPretrainConfig(), learner or LearnerConfig()
-    if (Path(directory) / "latest").exists():
+    if (Path(directory) / LATEST).exists():
         raise FileExistsError(f"{directory} already holds a learner; pre-train into a new folder")
-    torch.manual_seed(c.seed)
+    seed_run(c.seed)
     task = safe_task(c.task, safety) if safety is not None else make_task_config(c.task)
     venv = QuadrotorVectorEnv(c.num_envs, task, robot=params)
     env = SB3VecEnvAdapter(ResidualVecEnv(venv, base, c.residual_scale))

@@ -9,10 +9,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from stable_baselines3 import PPO, SAC, TD3
-from tests.hydra_configs import composed_dict
+from tests.hydra_configs import composed, composed_dict
 
 from policies.registry import load_policy
-from robo.commands.train import check_resume_config
 from robo.evaluate import rollout
 from robo.media import write_flight_media
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
@@ -124,20 +123,33 @@ def test_init_from_starts_a_new_run_from_another_runs_networks_without_its_buffe
                 tmp_path / "y").train(progress=False)
 
 
-def test_resume_with_a_different_config_is_refused(tmp_path):
-    from robo.run_dir import write_resolved_config
+def test_train_resumes_a_run_from_its_own_config(tmp_path, monkeypatch):
+    """``robo train resume=<run>`` continues with the run's config.yaml: nothing to type again; a safe
+    override (total_steps) is applied, any other refused."""
+    import robo.run_dir
+    from robo.commands.train import run
 
-    c = train_config(tmp_path)
-    write_resolved_config(tmp_path, OmegaConf.create(c))
-    check_resume_config(tmp_path, train_config(tmp_path, total_steps=9999))  # allowed to change
-    with pytest.raises(ValueError, match=r"algo.kwargs.learning_rate.*seed|seed.*algo.kwargs.learning_rate"):
-        check_resume_config(tmp_path, train_config(tmp_path, seed=1, **{"algo.kwargs.learning_rate": 0.1}))
-    newer = train_config(tmp_path)
-    newer["task"] = {k: v for k, v in newer["task"].items() if k != "reward"}  # a key a newer robo dropped
-    newer["extra"] = 1  # and one it added
-    with pytest.raises(ValueError, match=r"only in the checkpoint's config.*task.reward.*not in the checkpoint's "
-                                         r"config \(added since\): \['extra'\]; to resume, add those"):
-        check_resume_config(tmp_path, newer)
+    tiny = ["num_envs=4", "total_steps=200", "eval_every=200", "checkpoint_every=200", "eval.num_envs=4",
+            "eval.seconds=0.2", "algo.kwargs.learning_starts=50", "algo.kwargs.buffer_size=5000",
+            "video.enabled=false", "plot_envs=1"]
+    folder = tmp_path / "run"
+    run(composed("train", *tiny), folder)
+    typed = []
+    monkeypatch.setattr(robo.run_dir, "typed_overrides", lambda: typed)  # what Hydra reads off the command line
+
+    def resume(*overrides):
+        typed[:] = [*overrides, f"resume={folder}"]
+        run(composed("train", *typed), tmp_path / "new")
+        return OmegaConf.load(folder / "config.yaml"), json.loads((folder / "checkpoints" / "latest" /
+                                                                    "state.json").read_text())["step"]
+
+    c, step = resume()
+    assert (c.num_envs, c.total_steps, c.resume, step) == (4, 200, str(folder), 200)
+    c, step = resume("total_steps=400")
+    assert (c.num_envs, c.total_steps, step) == (4, 400, 400)
+    with pytest.raises(ValueError, match=r"cannot change on resume: seed \(the run has 0, given 1\)"):
+        resume("seed=1")
+    assert not (tmp_path / "new").exists()  # a resumed run writes into its own folder
 
 
 def test_divergence_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path):

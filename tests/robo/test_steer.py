@@ -197,11 +197,11 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     policy = load_policy(run / "checkpoints" / "latest" / "policy")
     assert isinstance(policy, SteeredPolicy) and policy.base.kind == "diffusion"
     assert (run / "plots" / "learning_curve.png").exists()
-    r = _robo("steer", *TINY_STEER, "total_env_steps=200", f"resume={run}", cwd=tmp_path)
+    r = _robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # the run's own config, base included
     assert r.returncode == 0, r.stderr
     assert 200 <= json.loads((run / "metrics.json").read_text())["env_steps"] < 204
-    r = _robo("steer", *TINY_STEER, "algo.noise_bound=0.5", f"resume={run}", cwd=tmp_path)
-    assert r.returncode != 0 and "algo.noise_bound" in r.stderr
+    r = _robo("steer", "algo.noise_bound=0.5", f"resume={run}", cwd=tmp_path)
+    assert r.returncode != 0 and "cannot change on resume: algo.noise_bound" in r.stderr
     r = _robo("steer", "task=obstacle_reach", cwd=tmp_path)
     assert r.returncode != 0 and "base=<policy checkpoint folder>" in r.stderr
 
