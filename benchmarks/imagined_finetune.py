@@ -174,8 +174,8 @@ def main() -> None:
     if name == "pusht" and not r.base:
         fail(ap, "task=pusht needs synthesize.base=<chunked policy checkpoint>")
     torch.set_num_threads(1)
-    env_kwargs = OmegaConf.to_container(cfg.task.get("env_kwargs") or {}, resolve=True)
-    task = make_task(name, env_kwargs or None)
+    env_kwargs = cfg.task.get("env_kwargs")
+    task = make_task(name, OmegaConf.to_container(env_kwargs, resolve=True) if env_kwargs else None)
     demo_count, steps = int(m.demos or cfg.task.demos), int(m.fit_steps)
     data = (task.collect(task.behaviour(0), int(m.data_episodes), seed=0)[0] if not m.path or args.generator
             else None)
