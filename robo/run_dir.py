@@ -9,6 +9,7 @@ The skeleton every trainer and command shares:
   (``policies.checkpoint.atomic_directory``), with the deployable ``policy/`` and a JSON state file;
   ``read_state`` reads that file back.
 - ``write_json`` (metrics, evaluation histories), ``write_resolved_config`` (``config.yaml``).
+- ``start_run``: a command's first line: resume (``resume_config``) and seed (``seed_run``).
 - ``resume_config``: the config a resumed run continues with: its own saved ``config.yaml``, with only the
   overrides that are safe to change applied on top, and the others refused.
 """
@@ -148,6 +149,16 @@ def read_state(folder: str | Path, state_file: str = STATE) -> dict | None:
 
 
 # Resume -----------------------------------------------------------------------------------------
+def start_run(cfg, run_dir: str | Path, safe: set[str], command: str):
+    """(config, run folder) a command runs with: with ``resume=<run>``, the run's own config (``resume_config``,
+    ``safe``: the keys an override may change) and folder; then ``seed_run(cfg.seed, cfg.threads)``."""
+    if cfg.get("resume"):
+        cfg = resume_config(cfg, safe, command)
+        run_dir = cfg.resume
+    seed_run(int(cfg.seed), int(cfg.threads))
+    return cfg, Path(run_dir)
+
+
 def saved_config(run_dir: str | Path, command: str):
     """The ``config.yaml`` a run folder was started with (an OmegaConf ``DictConfig``)."""
     from omegaconf import OmegaConf

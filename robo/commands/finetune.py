@@ -19,7 +19,7 @@ from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAda
     load_finetuned_actor
 from robo.real.learner import LATEST, LearnerConfig, load_snapshots
 from robo.real.robot_env import RobotEnv, RobotEnvConfig
-from robo.run_dir import resume_config, seed_run, with_run_groups, write_json, write_resolved_config
+from robo.run_dir import start_run, with_run_groups, write_json, write_resolved_config
 from robo.twin.pretrain import TwinPretrainConfig, identify, pretrain_in_twin
 from robo.twin.select import TwinGate, best_in_twin
 from robo.twin.standin import StandInConfig, stand_in
@@ -54,10 +54,7 @@ def open_robot(c: dict):
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    if cfg.resume:  # continue from the run's own config: its checkpoints, step count and identified robot
-        cfg = resume_config(cfg, RESUMABLE_CHANGES, "finetune")
-        run_dir = Path(cfg.resume)
-    seed_run(int(cfg.seed), int(cfg.threads))
+    cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "finetune")  # resume=<run>: its config and learner
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["reset"] not in ("fly_back", "prompt"):
         raise ValueError(f"reset={c['reset']!r}; choose fly_back or prompt")

@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from robo.plots import plot_learning_curve
-from robo.run_dir import resume_config, seed_run, write_json, write_resolved_config
+from robo.run_dir import start_run, write_json, write_resolved_config
 
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.distill import DistillConfig, teacher_labels
@@ -54,11 +54,8 @@ def evaluator(task: dict, episodes: int, video_dir: Path | None = None, video_na
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    if cfg.resume:  # continue from the run's own config
-        cfg = resume_config(cfg, RESUMABLE_CHANGES, "train")
-        run_dir = Path(cfg.resume)
+    cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "train")  # resume=<run>: the run's own config
     _check(cfg)
-    seed_run(int(cfg.seed), int(cfg.threads))
     c = OmegaConf.to_container(cfg, resolve=True)
     write_resolved_config(run_dir, cfg)
     task, pcfg = c["task"], c["policy"]

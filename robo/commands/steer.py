@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.plots import plot_learning_curve
-from robo.run_dir import resume_config, seed_run, with_run_groups, write_json, write_resolved_config
+from robo.run_dir import start_run, with_run_groups, write_json, write_resolved_config
 
 from robo.steer.trainer import SteerTrainer
 
@@ -45,10 +45,7 @@ def task_env_factory(task: dict):
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    if cfg.resume:  # continue from the run's own config (its base policy too)
-        cfg = resume_config(cfg, RESUMABLE_CHANGES, "steer")
-        run_dir = Path(cfg.resume)
-    seed_run(int(cfg.seed), int(cfg.threads))
+    cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "steer")  # resume=<run>: its config, base included
     c = OmegaConf.to_container(cfg, resolve=True)
     mode = c["algo"].get("mode", "latent")
     if mode != "action" and not c.get("base"):

@@ -12,7 +12,7 @@ from robo.factory import make_policy
 from robo.media import write_flight_media
 from robo.plots import plot_learning_curve
 from robo.rl.trainer import BEST, LATEST, Trainer
-from robo.run_dir import resume_config, saved_config, seed_run, with_run_groups, write_json, write_resolved_config
+from robo.run_dir import saved_config, start_run, with_run_groups, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"total_steps", "threads", "video", "plot_envs"}  # what resume=<run> may change
@@ -27,14 +27,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     if is_imitation(saved_config(cfg.resume, "train") if cfg.resume else cfg):
         return run_imitation(cfg, run_dir)
-    if cfg.resume:  # continue from the run's own config
-        cfg = resume_config(cfg, RESUMABLE_CHANGES, "train")
-        run_dir = Path(cfg.resume)
+    cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "train")  # resume=<run>: the run's own config
     given = [k for k in IMITATION_ONLY if cfg.get(k) is not None]
     if given:
         raise ValueError(f"{', '.join(given)}: imitation settings, but task {cfg.task.name!r} is learned by RL "
                          f"(choose an imitation policy and task, e.g. policy=energy task=pusht)")
-    seed_run(int(cfg.seed), int(cfg.threads))
     c = OmegaConf.to_container(cfg, resolve=True)
     write_resolved_config(run_dir, cfg)
     trainer = Trainer(c, run_dir)
