@@ -103,9 +103,14 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as e:
             if debug:
                 raise
-            where = clean_up(run_dir, keep=bool(resumed), reason=traceback.format_exc())
             code = 2 if isinstance(e, USER_ERRORS) else 1
+            if resumed and code == 2:  # e.g. an override that cannot change on resume: the run is as it was
+                where = ""
+            else:
+                where = clean_up(run_dir, keep=bool(resumed), reason=traceback.format_exc())
             fail(f"{command}: {describe(e)}{where}", code=code)
+        if resumed:  # a run that failed once and now completed
+            (Path(resumed) / "FAILED").unlink(missing_ok=True)
         print(summary(command, result, Path(resumed) if resumed else run_dir))
 
     sys.argv = [f"robo-{command}", *rest]
