@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     if hasattr(module, "rewrite_overrides"):  # a command may give shorthands for its overrides
         rest = module.rewrite_overrides(rest)
     if not any(a.startswith("-") for a in rest):  # -m, --cfg, --info ...: Hydra's own modes, composed by Hydra
-        from robo.validation import ConfigError, one_line, validate
+        from robo.validation import ConfigError, validate
 
         try:
             cfg = compose(command, rest)

@@ -36,13 +36,13 @@ import threading
 import time
 
 import numpy as np
-from .extras import require
-
-LogTocElement = require("cflib.crazyflie.log").LogTocElement
 
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .extras import require
 from .threads import wait_until
+
+LogTocElement = require("cflib.crazyflie.log").LogTocElement
 
 POSITION_VELOCITY = ["stateEstimate." + n for n in ("x", "y", "z", "vx", "vy", "vz")]
 QUATERNION = ["stateEstimate." + n for n in ("qx", "qy", "qz", "qw")]

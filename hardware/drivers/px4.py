@@ -27,16 +27,16 @@ import threading
 import time
 
 import numpy as np
-from .extras import require
-
-mavutil = require("pymavlink.mavutil")
-mavlink = require("pymavlink.dialects.v20.common")
 
 from . import frames
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .extras import require
 from .threads import join_loops, start_loops
 from .px4_protocol import (FORCE_DISARM, PX4_MAIN_MODE_OFFBOARD, TELEMETRY, PX4Config, attitude_message,
                            check_command, motor_message, px4_main_mode)
+
+mavutil = require("pymavlink.mavutil")
+mavlink = require("pymavlink.dialects.v20.common")
 
 
 class PX4Robot:

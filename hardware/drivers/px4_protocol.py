@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from .extras import require
-
-mavlink = require("pymavlink.dialects.v20.common")
 
 from . import frames
 from .base import AttitudeThrustCommand, Command, MotorCommand
+from .extras import require
+
+mavlink = require("pymavlink.dialects.v20.common")
 
 PX4_MAIN_MODE_OFFBOARD = 6
 FORCE_DISARM = 21196  # PX4's magic param2 of ARM_DISARM: disarm even in flight

@@ -7,22 +7,19 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from policies.chunked import ChunkedPolicy
 from robo.evaluate import flight_metrics, rollout
 from robo.factory import make_policy, make_task
 from robo.media import write_flight_media
-from robo.run_dir import write_json, write_resolved_config
+from robo.run_dir import seed_run, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
-    torch.manual_seed(cfg.seed)
+    seed_run(int(cfg.seed), int(cfg.threads))
     write_resolved_config(run_dir, cfg)
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["task"].get("kind") == "imitation":

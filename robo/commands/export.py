@@ -10,7 +10,6 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from hardware.export import (export_c, export_onnx, export_torchscript, module_spec, object_size, verify_c,
@@ -18,7 +17,7 @@ from hardware.export import (export_c, export_onnx, export_torchscript, module_s
 from hardware.export.c_build import find_cc
 from policies.checkpoint import atomic_directory
 from robo.factory import make_policy
-from robo.run_dir import write_json, write_resolved_config
+from robo.run_dir import seed_run, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {sorted(FORMATS)} (format=onnx)")
     if OmegaConf.is_missing(cfg.policy, "path"):
         raise ValueError("no policy to export: give policy=<checkpoint folder> (or policy.path=...) or policy=raptor")
-    torch.manual_seed(int(cfg.seed))
+    seed_run(int(cfg.seed))
     write_resolved_config(run_dir, cfg)
     c = OmegaConf.to_container(cfg, resolve=True)
     policy = make_policy(c["policy"])

@@ -6,12 +6,11 @@ import importlib.util
 import logging
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from robo.foundation.config import FoundationRunConfig
 from robo.foundation.pipeline import run_pipeline
-from robo.run_dir import write_resolved_config
+from robo.run_dir import seed_run, write_resolved_config
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +19,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if importlib.util.find_spec("ray") is None:
         raise ImportError("ray is not installed (the teachers run as Ray tasks); pip install 'robo[scale]'")
     c = FoundationRunConfig.from_dict(OmegaConf.to_container(cfg, resolve=True))
-    torch.set_num_threads(int(c.threads) or torch.get_num_threads())
-    torch.manual_seed(int(c.seed))
+    seed_run(int(c.seed), int(c.threads))
     if c.resume:  # continue a run: teachers already done in its manifest are kept
         run_dir = Path(c.resume)
         if not (run_dir / "manifest.json").exists():

@@ -12,18 +12,17 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from robo.datasets.record import record_pusht, record_pusht_rollouts, record_quadrotor
-from robo.run_dir import write_json, write_resolved_config
+from robo.run_dir import seed_run, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 QUADROTOR_TASKS = ("hover", "waypoint", "figure_eight")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    torch.set_num_threads(int(cfg.threads))
+    seed_run(int(cfg.seed), int(cfg.threads))
     write_resolved_config(run_dir, cfg)
     c = OmegaConf.to_container(cfg, resolve=True)
     out = Path(c["out"] or run_dir / "dataset")

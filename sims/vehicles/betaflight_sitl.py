@@ -23,13 +23,13 @@ import struct
 from functools import partial
 
 import numpy as np
+
 from .extras import require
+from .loops import BackgroundLoops
+from .sim_vehicle import SimVehicle, attitude_to_motors, quat_to_euler_zyx
 
 _pymsp = require("pymsp")
 MSPStreamProcessor, MSPv1, MSPv2 = _pymsp.MSPStreamProcessor, _pymsp.MSPv1, _pymsp.MSPv2
-
-from .loops import BackgroundLoops
-from .sim_vehicle import SimVehicle, attitude_to_motors, quat_to_euler_zyx
 
 FDM_FORMAT, RC_FORMAT, SERVO_FORMAT = "<18d", "<d16H", "<4f"
 MAX_ANGLE, MAX_YAW_RATE = math.radians(60.0), math.radians(400.0)
@@ -186,7 +186,7 @@ class BetaflightMSPServer:
             roll, pitch, yaw = np.degrees(quat_to_euler_zyx(s.quaternion))
             out = struct.pack("<hhh", round(roll * 10), round(pitch * 10), round(-yaw) % 360)
         elif cmd == MSP_RAW_IMU:
-            gyro = np.degrees(s.angular_velocity) * np.array([1.0, 1.0, -1.0])
+            gyro = np.degrees(s.angular_velocity) * 16.4  # sensor counts, FLU (as Betaflight 4.6 sends them)
             acc = s.specific_force / 9.81 * self.acc_1g
             out = struct.pack("<9h", *(round(a) for a in acc), *(round(g) for g in gyro), 0, 0, 0)
         elif cmd == MSP_STATUS:

@@ -28,15 +28,15 @@ import struct
 import time
 
 import numpy as np
+
 from .extras import require
+from .loops import BackgroundLoops
+from .sim_vehicle import SimVehicle
 
 LogTocElement = require("cflib.crazyflie.log").LogTocElement
 ParamTocElement = require("cflib.crazyflie.param").ParamTocElement
 _crtpstack = require("cflib.crtp.crtpstack")
 CRTPPacket, CRTPPort = _crtpstack.CRTPPacket, _crtpstack.CRTPPort
-
-from .loops import BackgroundLoops
-from .sim_vehicle import SimVehicle
 
 PROTOCOL_VERSION = 12
 LOG_VARIABLES = [  # (group, name, C type): the subset of the firmware's log TOC robo reads

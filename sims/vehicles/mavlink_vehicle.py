@@ -31,9 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from .extras import require
-
-mavlink = require("pymavlink.dialects.v20.common")
 
 from sims.envs.quadrotor_env import make_robot
 from sims.quadrotor.batched import BatchedQuadrotorSim
@@ -41,7 +38,10 @@ from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, VEL, ParamsBatch, h
 from sims.quadrotor.rotations import quat_mul, quat_to_rotmat
 
 from .attitude_controller import AttitudeGains, attitude_motor_commands
+from .extras import require
 from .loops import BackgroundLoops
+
+mavlink = require("pymavlink.dialects.v20.common")
 
 OFFBOARD, POSCTL = 6, 3  # PX4 main modes
 ROBO_FROM_PX4 = (0, 3, 1, 2)  # robo motor j (FR, BR, BL, FL) is PX4 output ROBO_FROM_PX4[j]
