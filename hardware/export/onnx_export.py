@@ -70,8 +70,8 @@ def onnx_runner(onnx_path: str | Path) -> Runner:
         raise FileNotFoundError(f"ONNX file not found: {onnx_path}")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    return lambda inputs: [np.asarray(o) for o in session.run(None, inputs)]
+    ort_session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    return lambda inputs: [np.asarray(o) for o in ort_session.run(None, inputs)]
 
 
 def check_onnx_parity(module: nn.Module | ModuleSpec, onnx_path: str | Path, inputs: dict[str, torch.Tensor],

@@ -175,7 +175,7 @@ def denoiser_spec(network: nn.Module, horizon: int, action_dim: int, cond_dim: i
         x = noise                                                    # (B, horizon, action_dim) ~ N(0, I)
         scheduler = policy.make_inference_scheduler()                # diffusers DDIM / DPM-Solver, timesteps set
         for t in scheduler.timesteps:
-            eps = session.run(["noise"], {"noisy_actions": x, "timestep": t.expand(B), "global_cond": cond})[0]
+            eps = ort_session.run(["noise"], {"noisy_actions": x, "timestep": t.expand(B), "global_cond": cond})[0]
             x = scheduler.step(torch.as_tensor(eps), t, x).prev_sample
         actions = policy.inference_model.action_normalizer.unnormalize(x)
         execute actions[:, n_obs_steps - 1 : n_obs_steps - 1 + n_action_steps]
