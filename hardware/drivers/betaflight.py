@@ -3,18 +3,31 @@
 ``BetaflightRobot`` drives a flight controller the way a companion computer does with
 ``FEATURE_RX_MSP`` (the SITL target's default receiver): it streams ``MSP_SET_RAW_RC`` at
 ``rate_hz`` (Betaflight fails safe without a steady RC stream), polls ``MSP_ATTITUDE``,
-``MSP_RAW_IMU`` and ``MSP_STATUS`` at the same rate, and maps:
+``MSP_RAW_IMU`` and ``MSP_STATUS`` at the same rate, or bundled in one ``MSP_MULTIPLE_MSP`` at half
+the rate where the flight controller answers it (and not while a ``request`` waits), and maps:
 
 * ``AttitudeThrustCommand`` -> AETR sticks in angle mode (``betaflight_sitl.attitude_to_rc``).
 * ``MotorCommand`` -> ``MSP_SET_MOTOR`` in Betaflight's motor order, us = 1000 + 1000 * u.
   Betaflight applies these only while **disarmed** (the configurator's motor test): a bench
   path, not a flight path. Fly with attitude commands, or use the SITL bridge for motor-level.
 * ``arm``/``disarm`` -> the ARM aux channel (``RcMapping.arm_channel``) with throttle low;
-  ``arm`` waits for the ARM flag in ``MSP_STATUS`` and raises ``RobotError`` if it never comes.
+  ``arm`` waits for the ARM flag in ``MSP_STATUS`` and, if it never comes, raises ``RobotError``
+  naming the firmware's arming-disable flags (``MSP_STATUS_EX``, e.g. ``RXLOSS``, ``CALIB``).
+* ``request(command, payload)``: one MSP exchange, waited for (setup messages, ``status_ex``);
+  ``betaflight_setup.provision`` configures a fresh flight controller with it.
+
+Position: MSP carries none. A companion computer gets it from motion capture or VIO: pass
+``position_source``, a function returning (position (3,), velocity (3,)) world FLU m, m/s, and
+``read_state`` reports them (otherwise NaN, which the safety layer refuses to fly).
 
 State: quaternion from MSP_ATTITUDE, angular velocity from MSP_RAW_IMU's gyro (deg/s ->
 rad/s, FLU), ``armed`` from MSP_STATUS. Position and velocity are NaN (MSP_ATTITUDE/RAW_IMU
 carry none); ``extra["acc_g"]`` holds the accelerometer in g, Betaflight's axes and sign.
+
+Flow control: Betaflight handles one MSP message per run of its serial task (100 Hz by default,
+``serial_update_rate_hz``) and drops what overflows its receive buffer, so the driver keeps at most
+one message of each kind unanswered (a reply older than ``REPLY_TIMEOUT`` is given up and counted
+in ``rejected["no_reply"]``): the stream slows down to what the firmware serves instead of piling up.
 
 Robustness: corrupt frames (bad checksum, oversize, garbage) are skipped by ``MspParser``;
 short payloads, error replies ($M!) and replies nobody asked for are rejected; all are counted
@@ -26,6 +39,7 @@ URL, e.g. ``serial:///dev/ttyACM0?baud=115200`` or ``loop://``.
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -37,6 +51,7 @@ import numpy as np
 from . import msp
 from .attitude import attitude_setpoint
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
+from .betaflight_setup import arming_disable_names
 from .extras import require
 from .threads import join_loops, start_loops, wait_until
 from .betaflight_sitl import (BF_FROM_ROBO, PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude_to_rc,
@@ -44,6 +59,7 @@ from .betaflight_sitl import (BF_FROM_ROBO, PORT_PWM, PORT_RC, PORT_STATE, RcMap
                               unpack_servo)
 
 POLLED = (msp.MSP_ATTITUDE, msp.MSP_RAW_IMU, msp.MSP_STATUS)
+REPLY_TIMEOUT = 0.25  # s after which an unanswered message no longer holds back the next of its kind
 
 
 class _TcpLink:
@@ -108,22 +124,27 @@ class BetaflightRobot:
         mapping: RC channel mapping (angle limit, yaw rate scale, AUX channels).
         msp_version: 1 or 2 for the frames robo sends (Betaflight answers in the same version).
         acc_1g: MSP_RAW_IMU accelerometer counts per g (512 on most boards, 256 in SITL).
+        position_source: () -> (position (3,), velocity (3,)) world FLU, from mocap/VIO; None: NaN.
     """
 
     name = "betaflight"
 
     def __init__(self, address: str = "tcp://127.0.0.1:5761", rate_hz: float = 50.0, link_timeout: float = 0.5,
-                 mapping: RcMapping = RcMapping(), msp_version: int = 1, acc_1g: float = 512.0):
+                 mapping: RcMapping = RcMapping(), msp_version: int = 1, acc_1g: float = 512.0,
+                 position_source=None):
         if msp_version not in (1, 2):
             raise ValueError(f"msp_version must be 1 or 2, got {msp_version}")
         self.address, self.rate_hz, self.link_timeout = address, rate_hz, link_timeout
         self.mapping, self.msp_version, self.acc_1g = mapping, msp_version, acc_1g
+        self.position_source = position_source
+        self._waiters: dict[int, queue.Queue] = {}
         self.parser = msp.MspParser()
-        self.rejected = Counter({"short_payload": 0, "error_reply": 0, "unexpected": 0})
+        self.rejected = Counter({"short_payload": 0, "error_reply": 0, "unexpected": 0, "no_reply": 0})
         self._link = None
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._pending: Counter = Counter()
+        self._pending: dict[int, list[float]] = {}  # command -> send times of its unanswered messages
+        self._bundle = False  # poll with MSP_MULTIPLE_MSP
         self._attitude = self._gyro = self._acc = None
         self._flags = 0
         self._last_rx: float | None = None
@@ -141,30 +162,48 @@ class BetaflightRobot:
             raise RobotError(f"could not open the MSP link {self.address}: {e}; check the address and that "
                              "the flight controller (or SITL) is running") from e
         self._running.set()
-        self._threads = start_loops("BetaflightRobot", (self._reader, self._poller))
+        self._threads = start_loops("BetaflightRobot", (self._reader,))
+        try:
+            self._bundle = len(self.request(msp.MSP_MULTIPLE_MSP, bytes(POLLED), timeout=0.3)) > 0
+        except RobotError:
+            self._bundle = False  # an older firmware (or a stand-in): poll one message at a time
+        self._threads += start_loops("BetaflightRobot", (self._poller,))
         if wait_until(lambda: self._attitude is not None and self._gyro is not None, timeout):
             return
         self.close()
         raise RobotError(f"no MSP_ATTITUDE/MSP_RAW_IMU reply from {self.address} within {timeout} s; check that "
                          "MSP is enabled on that port")
 
-    def _send(self, command: int, payload: bytes = b"") -> None:
+    def _send(self, command: int, payload: bytes = b"") -> bool:
+        """Send unless a message of this kind is still unanswered (flow control); -> whether it was sent."""
         frame = msp.encode(command, payload, self.msp_version)
-        if not payload:  # a request: its reply is expected (counted before it can arrive)
-            with self._lock:
-                self._pending[command] += 1
+        now = time.monotonic()
+        with self._lock:
+            sent = self._pending.setdefault(command, [])
+            if sent and now - sent[0] > REPLY_TIMEOUT:
+                self.rejected["no_reply"] += len(sent)
+                sent.clear()
+            if sent:
+                return False
+            sent.append(now)  # counted before its reply can arrive
         try:
             with self._write_lock:
                 self._link.write(frame)
         except (OSError, AttributeError) as e:
             self._lost = f"writing to {self.address} failed ({e})"
+        return True
 
     def _poller(self) -> None:
-        period = 1.0 / self.rate_hz
+        period, tick = 1.0 / self.rate_hz, 0
         while self._running.is_set():
             self._send(msp.MSP_SET_RAW_RC, msp.pack_channels(self._rc))
-            for command in POLLED:
-                self._send(command)
+            tick += 1
+            if self._bundle:
+                if tick % 2 == 0 and not self._waiters:  # 1.5 messages a cycle: the firmware serves ~100/s
+                    self._send(msp.MSP_MULTIPLE_MSP, bytes(POLLED))
+            else:
+                for command in POLLED:
+                    self._send(command)
             time.sleep(period)
 
     def _reader(self) -> None:
@@ -178,28 +217,44 @@ class BetaflightRobot:
                 self._handle(frame)
 
     def _handle(self, frame: msp.MspFrame) -> None:
+        waiter = self._waiters.get(frame.command)
+        if waiter is not None and frame.direction in ("reply", "error"):
+            waiter.put(frame)
+            return
+        if frame.direction not in ("reply", "error"):
+            return  # our own echoes (loopback links)
+        with self._lock:
+            sent = self._pending.get(frame.command)
+            expected = bool(sent)
+            if expected:
+                sent.pop(0)
         if frame.direction == "error":
             self.rejected["error_reply"] += 1
             return
-        if frame.direction != "reply" or frame.command not in POLLED:
-            return  # acks of MSP_SET_* and our own echoes carry nothing
-        with self._lock:
-            if self._pending[frame.command] <= 0:
-                self.rejected["unexpected"] += 1
-                return
-            self._pending[frame.command] -= 1
+        if not expected:
+            self.rejected["unexpected"] += 1
+            return
         try:
-            if frame.command == msp.MSP_ATTITUDE:
-                self._attitude = msp.unpack_attitude(frame.payload)
-            elif frame.command == msp.MSP_RAW_IMU:
-                acc, gyro, _ = msp.unpack_raw_imu(frame.payload)
-                self._acc, self._gyro = np.asarray(acc) / self.acc_1g, gyro
+            if frame.command == msp.MSP_MULTIPLE_MSP:
+                for command, payload in zip(POLLED, msp.unpack_multiple(frame.payload)):
+                    self._store(command, payload)
+            elif frame.command in POLLED:
+                self._store(frame.command, frame.payload)
             else:
-                self._flags = msp.unpack_status(frame.payload)[1]
+                return  # the ack of an MSP_SET_*
         except ValueError:
             self.rejected["short_payload"] += 1
             return
         self._last_rx = time.monotonic()
+
+    def _store(self, command: int, payload: bytes) -> None:
+        if command == msp.MSP_ATTITUDE:
+            self._attitude = msp.unpack_attitude(payload)
+        elif command == msp.MSP_RAW_IMU:
+            acc, gyro, _ = msp.unpack_raw_imu(payload)
+            self._acc, self._gyro = np.asarray(acc) / self.acc_1g, gyro
+        else:
+            self._flags = msp.unpack_status(payload)[1]
 
     def _check_link(self) -> None:
         if self._link is None:
@@ -211,29 +266,86 @@ class BetaflightRobot:
             raise RobotError(f"no MSP reply from {self.address} for {age:.2f} s (link_timeout {self.link_timeout} s): "
                              "link lost; check the cable/SITL, then connect() again")
 
+    def request(self, command: int, payload: bytes = b"", timeout: float = 1.0) -> bytes:
+        """Send one MSP message and wait for its reply; -> the reply payload (empty for a SET's ack).
+
+        Raises ``RobotError`` if the firmware answers with an error frame (it refused the message) or
+        not within ``timeout`` s. One request per command at a time.
+        """
+        if self._link is None:
+            raise RobotError("the Betaflight driver is not connected; call connect() first")
+        if command in POLLED:
+            raise ValueError(f"MSP command {command} is polled by the driver; read it through read_state()")
+        box: queue.Queue = queue.Queue()
+        self._waiters[command] = box
+        try:
+            frame = msp.encode(command, payload, self.msp_version)
+            with self._write_lock:
+                self._link.write(frame)
+            reply = box.get(timeout=timeout)
+        except queue.Empty:
+            raise RobotError(f"no reply to MSP command {command} from {self.address} within {timeout} s") from None
+        except OSError as e:
+            raise RobotError(f"writing MSP command {command} to {self.address} failed ({e})") from e
+        finally:
+            self._waiters.pop(command, None)
+        if reply.direction == "error":
+            raise RobotError(f"the flight controller refused MSP command {command} (payload {payload.hex()}); "
+                             "check that the firmware supports it and that it is disarmed")
+        return reply.payload
+
+    def status_ex(self) -> msp.StatusEx:
+        """MSP_STATUS_EX now: cycle time, arming-disable flags (``betaflight_setup.arming_disable_names``)."""
+        return msp.unpack_status_ex(self.request(msp.MSP_STATUS_EX))
+
+    def reboot(self) -> None:
+        """Ask the flight controller to reboot (settings that need one, e.g. features) and close the link;
+        ``connect()`` again once it is back. Betaflight SITL exits instead: its runner restarts it."""
+        try:
+            self.request(msp.MSP_REBOOT, timeout=0.5)
+        except RobotError:
+            pass  # it may go down before the ack leaves
+        self._arm_request = False
+        self._running.clear()
+        join_loops(self._threads)
+        self._link.close()
+        self._link = None
+
     # Robot API -------------------------------------------------------------------------------
     def read_state(self) -> RobotState | None:
         if self._last_rx is None or self._attitude is None or self._gyro is None:
             return None
         self._check_link()
-        return RobotState(timestamp=self._last_rx, quaternion=betaflight_attitude_to_quat(*self._attitude),
+        position = velocity = np.full(3, np.nan)
+        if self.position_source is not None:
+            position, velocity = (np.asarray(v, dtype=np.float64) for v in self.position_source())
+        return RobotState(timestamp=self._last_rx, position=position, velocity=velocity,
+                          quaternion=betaflight_attitude_to_quat(*self._attitude),
                           angular_velocity=betaflight_gyro_to_flu(self._gyro), armed=bool(self._flags & 1),
                           extra={"acc_g": self._acc, "attitude_deg": self._attitude,
                                  "rejected": {**self.parser.rejected, **self.rejected}})
 
     def _set_rc(self, roll: float, pitch: float, yaw_rate: float, thrust: float) -> None:
         self._rc = attitude_to_rc(roll, pitch, yaw_rate, thrust, self._arm_request, self.mapping)
-        self._send(msp.MSP_SET_RAW_RC, msp.pack_channels(self._rc))
+        self._send(msp.MSP_SET_RAW_RC, msp.pack_channels(self._rc))  # or with the poller's next message
 
     def arm(self, timeout: float = 2.0) -> None:
         self._check_link()
         self._arm_request = True
         self._set_rc(0.0, 0.0, 0.0, 0.0)
         if not wait_until(lambda: self._flags & 1, timeout):
+            flags = self._arming_disable_report()
             self.disarm()
-            raise RobotError(f"Betaflight did not arm within {timeout} s; check its arming-disable flags "
-                             "(MSP_STATUS_EX / the CLI 'status'), that ARM is on AUX channel "
-                             f"{self.mapping.arm_channel} and the throttle is low")
+            raise RobotError(f"Betaflight did not arm within {timeout} s: {flags}; see the CLI 'status' "
+                             "(betaflight_setup.provision configures a fresh flight controller)")
+
+    def _arming_disable_report(self) -> str:
+        try:
+            names = arming_disable_names(self.status_ex().arming_disable)
+        except (RobotError, ValueError) as e:
+            return f"its arming-disable flags could not be read ({e}); check that ARM is on AUX channel " \
+                   f"{self.mapping.arm_channel - 3} and the throttle is low"
+        return "arming disabled by " + (", ".join(names) or "no flag (ARM switch not seen yet)")
 
     def disarm(self) -> None:
         self._arm_request = False

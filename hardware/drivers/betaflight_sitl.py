@@ -24,7 +24,8 @@ rear-left, front-left]; robo's is [front-right, back-right, back-left, front-lef
 
 Betaflight's own attitude convention (MSP_ATTITUDE, ``imu.c``): roll right-wing-down +, pitch
 nose-down + ("Positive angle - nose down"), yaw = heading, clockwise from north. Its gyro axes
-(MSP_RAW_IMU): roll rate right +, pitch rate nose-down +, yaw rate clockwise +.
+(MSP_RAW_IMU, checked against the 4.6 SITL): FLU -- roll rate right +, pitch rate nose-down +, yaw
+rate counter-clockwise + -- in sensor counts (16.4 per deg/s), not deg/s.
 """
 
 from __future__ import annotations
@@ -138,10 +139,10 @@ def betaflight_attitude_to_quat(roll_deg: float, pitch_deg: float, yaw_deg: floa
                      cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy])
 
 
-def betaflight_gyro_to_flu(gyro_dps) -> np.ndarray:
-    """MSP_RAW_IMU gyro (3,) deg/s, Betaflight axes -> body FLU rad/s (yaw flips: clockwise +)."""
-    g = np.radians(np.asarray(gyro_dps, dtype=np.float64))
-    return np.array([g[0], g[1], -g[2]])
+def betaflight_gyro_to_flu(gyro, lsb_per_dps: float = 16.4) -> np.ndarray:
+    """MSP_RAW_IMU gyro (3,) -> body FLU rad/s. Betaflight 4.6 sends sensor counts (``gyroRateDps`` divides
+    deg/s by the gyro scale: 16.4 per deg/s at the 2000 deg/s range, also in SITL), axes FLU (yaw CCW +)."""
+    return np.radians(np.asarray(gyro, dtype=np.float64) / lsb_per_dps)
 
 
 @dataclass

@@ -15,6 +15,17 @@ Payloads (Betaflight ``src/main/msp/msp.c``, little endian):
 * ``MSP_ATTITUDE`` (108): int16 roll and pitch in 0.1 deg, int16 yaw (heading) in deg.
 * ``MSP_SET_RAW_RC`` (200): uint16 per channel, us (1000..2000).
 * ``MSP_SET_MOTOR`` (214): uint16 x 8, us (1000..2000), applied only while disarmed (motor test).
+* ``MSP_STATUS_EX`` (150): MSP_STATUS's first 15 bytes (its last two fields are the PID and rate
+  profile counts), uint8 n + n bytes of further flight mode flags, uint8 flag count, uint32
+  arming-disable flags (``fc/runtime_config.h``), uint8 config state (bit 0 = reboot required).
+* Setup (a configurator's messages; every one is acknowledged by an empty reply, refused by ``$M!``):
+  ``MSP_SET_MODE_RANGE`` (35): uint8 slot, permanent box id, AUX index, start step, end step
+  (step = (us - 900) / 25); ``MSP_FEATURE_CONFIG``/``MSP_SET_FEATURE_CONFIG`` (36/37): uint32;
+  ``MSP_ADVANCED_CONFIG``/``SET`` (90/91), ``MSP_FAILSAFE_CONFIG``/``SET`` (75/76) and
+  ``MSP_RC_TUNING``/``SET`` (111/204), read-modify-written in the layouts below;
+  ``MSP_ACC_CALIBRATION`` (205), ``MSP_EEPROM_WRITE`` (250), ``MSP_REBOOT`` (68): no payload.
+* ``MSP_MULTIPLE_MSP`` (230): request = command ids (uint8 each, no arguments); reply = for each,
+  uint8 size + that command's reply payload (as many as fit the firmware's buffer).
 """
 
 from __future__ import annotations
@@ -24,6 +35,15 @@ from dataclasses import dataclass, field
 
 MSP_STATUS, MSP_RAW_IMU, MSP_MOTOR, MSP_RC, MSP_ATTITUDE = 101, 102, 104, 105, 108
 MSP_SET_RAW_RC, MSP_SET_MOTOR = 200, 214
+MSP_MODE_RANGES, MSP_SET_MODE_RANGE, MSP_FEATURE_CONFIG, MSP_SET_FEATURE_CONFIG = 34, 35, 36, 37
+MSP_REBOOT, MSP_FAILSAFE_CONFIG, MSP_SET_FAILSAFE_CONFIG = 68, 75, 76
+MSP_ADVANCED_CONFIG, MSP_SET_ADVANCED_CONFIG, MSP_RC_TUNING, MSP_STATUS_EX = 90, 91, 111, 150
+MSP_SET_RC_TUNING, MSP_ACC_CALIBRATION, MSP_EEPROM_WRITE, MSP_MULTIPLE_MSP = 204, 205, 250, 230
+# MSP_FAILSAFE_CONFIG: delay (0.1 s), landing time (s), throttle (us), switch mode, throttle-low delay (0.1 s), procedure
+FAILSAFE_CONFIG = struct.Struct("<BBHBHB")
+# MSP_RC_TUNING: roll rc rate, roll expo, rates r/p/y, (tpa), thr mid, thr expo, (tpa breakpoint), yaw expo, yaw rc rate,
+# pitch rc rate, pitch expo, throttle limit type, throttle limit %, rate limits r/p/y, rates type, thr hover
+RC_TUNING = struct.Struct("<BBBBBBBBHBBBBBBHHHBB")
 MAX_PAYLOAD = 1024  # robo's messages are < 64 bytes; longer frames are treated as corrupt
 DIRECTIONS = {ord("<"): "request", ord(">"): "reply", ord("!"): "error"}
 
@@ -164,3 +184,43 @@ def pack_channels(values) -> bytes:
     if any(not 0 <= v <= 0xFFFF for v in vals):
         raise ValueError(f"channel values must fit uint16, got {vals}")
     return struct.pack(f"<{len(vals)}H", *vals)
+
+
+@dataclass
+class StatusEx:
+    """MSP_STATUS_EX, decoded. ``arming_disable``: the firmware's ``armingDisableFlags_e`` bit mask."""
+
+    cycle_us: int
+    flight_modes: int
+    arming_disable: int
+    reboot_required: bool
+    load_percent: float
+
+
+def unpack_status_ex(payload: bytes) -> StatusEx:
+    _need(payload, 16, "MSP_STATUS_EX")
+    cycle, _, _, modes, _, load = struct.unpack_from("<HHHIBH", payload)
+    extra = payload[15]
+    _need(payload, 16 + extra + 6, "MSP_STATUS_EX")
+    _, disable, config = struct.unpack_from("<BIB", payload, 16 + extra)
+    return StatusEx(cycle, modes, disable, bool(config & 1), load / 10.0)
+
+
+def pack_mode_range(slot: int, permanent_id: int, aux_index: int, start_us: int, end_us: int) -> bytes:
+    """MSP_SET_MODE_RANGE payload: box ``permanent_id`` active while AUX ``aux_index`` (0 = AUX1) is in
+    [start_us, end_us] (900..2100, 25 us steps)."""
+    if not (900 <= start_us < end_us <= 2100):
+        raise ValueError(f"mode range must satisfy 900 <= start < end <= 2100 us, got {start_us}..{end_us}")
+    return bytes([slot, permanent_id, aux_index, (start_us - 900) // 25, (end_us - 900) // 25])
+
+
+def unpack_multiple(payload: bytes) -> list[bytes]:
+    """MSP_MULTIPLE_MSP reply -> the payloads of the bundled replies, in request order."""
+    out, i = [], 0
+    while i < len(payload):
+        n = payload[i]
+        if i + 1 + n > len(payload):
+            raise ValueError(f"MSP_MULTIPLE_MSP reply is cut inside a {n}-byte part at offset {i}")
+        out.append(payload[i + 1:i + 1 + n])
+        i += 1 + n
+    return out

@@ -83,7 +83,8 @@ def test_betaflight_attitude_and_gyro_to_flu():
     assert nose[2] < -0.3  # nose points down in the FLU world
     q = sitl.betaflight_attitude_to_quat(0, 0, 90)  # heading 90: east, which is -y in NWU
     np.testing.assert_allclose(quat_rotate(q, [1, 0, 0]), [0, -1, 0], atol=1e-9)
-    np.testing.assert_allclose(sitl.betaflight_gyro_to_flu([180, -90, 57.29577951308232]), [math.pi, -math.pi / 2, -1])
+    np.testing.assert_allclose(sitl.betaflight_gyro_to_flu([180 * 16.4, -90 * 16.4, 57.29577951308232 * 16.4]),
+                               [math.pi, -math.pi / 2, 1])
 
 
 def quat_rotate(q, v):
