@@ -145,6 +145,7 @@ class BetaflightRobot:
         self._write_lock = threading.Lock()
         self._pending: dict[int, list[float]] = {}  # command -> send times of its unanswered messages
         self._bundle = False  # poll with MSP_MULTIPLE_MSP
+        self.telemetry_replies = 0  # telemetry replies accepted (bundles count once)
         self._attitude = self._gyro = self._acc = None
         self._flags = 0
         self._last_rx: float | None = None
@@ -246,6 +247,7 @@ class BetaflightRobot:
             self.rejected["short_payload"] += 1
             return
         self._last_rx = time.monotonic()
+        self.telemetry_replies += 1
 
     def _store(self, command: int, payload: bytes) -> None:
         if command == msp.MSP_ATTITUDE:

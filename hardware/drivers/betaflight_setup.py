@@ -125,6 +125,18 @@ def _linear_rates(current: bytes, max_yaw_rate: float) -> bytes:
     return msp.RC_TUNING.pack(*t)
 
 
+def disable_runaway_takeoff(robot) -> None:
+    """Turn off runaway-takeoff prevention until the next reboot (MSP_SET_ARMING_DISABLED 0, 1), before ``arm``.
+
+    Betaflight disarms (flag ``RUNAWAY``) a quad whose PID sum saturates for 75 ms unless it first saw 0.5 s of
+    "stable flight": throttle >= 20 % with a roll/pitch/yaw stick deflected > 15 %, or throttle >= 40 %, with small
+    PID sums (``fc/core.c``). A companion computer holding position keeps the sticks near centre at ~27 % throttle,
+    so the check never deactivates and the first brisk manoeuvre disarms in the air. (CLI, permanent:
+    ``set runaway_takeoff_prevention = OFF``.)
+    """
+    robot.request(msp.MSP_SET_ARMING_DISABLED, bytes([0, 1]))
+
+
 def save(robot) -> None:
     """MSP_EEPROM_WRITE: persist the settings (the firmware re-reads them)."""
     robot.request(msp.MSP_EEPROM_WRITE, timeout=3.0)
@@ -156,5 +168,5 @@ def wait_ready(robot, timeout: float = 10.0, allowed: tuple[str, ...] = ("ARM_SW
         time.sleep(0.05)
 
 
-__all__ = ["ARMING_DISABLE_NAMES", "SetupConfig", "arming_disable_names", "calibrate_accelerometer", "provision",
-           "save", "throttle_for_motor", "wait_ready"]
+__all__ = ["ARMING_DISABLE_NAMES", "SetupConfig", "arming_disable_names", "calibrate_accelerometer",
+           "disable_runaway_takeoff", "provision", "save", "throttle_for_motor", "wait_ready"]

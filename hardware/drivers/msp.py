@@ -23,7 +23,8 @@ Payloads (Betaflight ``src/main/msp/msp.c``, little endian):
   (step = (us - 900) / 25); ``MSP_FEATURE_CONFIG``/``MSP_SET_FEATURE_CONFIG`` (36/37): uint32;
   ``MSP_ADVANCED_CONFIG``/``SET`` (90/91), ``MSP_FAILSAFE_CONFIG``/``SET`` (75/76) and
   ``MSP_RC_TUNING``/``SET`` (111/204), read-modify-written in the layouts below;
-  ``MSP_ACC_CALIBRATION`` (205), ``MSP_EEPROM_WRITE`` (250), ``MSP_REBOOT`` (68): no payload.
+  ``MSP_ACC_CALIBRATION`` (205), ``MSP_EEPROM_WRITE`` (250), ``MSP_REBOOT`` (68): no payload;
+  ``MSP_SET_ARMING_DISABLED`` (99): uint8 disable arming, uint8 disable runaway-takeoff prevention.
 * ``MSP_MULTIPLE_MSP`` (230): request = command ids (uint8 each, no arguments); reply = for each,
   uint8 size + that command's reply payload (as many as fit the firmware's buffer).
 """
@@ -39,10 +40,12 @@ MSP_MODE_RANGES, MSP_SET_MODE_RANGE, MSP_FEATURE_CONFIG, MSP_SET_FEATURE_CONFIG 
 MSP_REBOOT, MSP_FAILSAFE_CONFIG, MSP_SET_FAILSAFE_CONFIG = 68, 75, 76
 MSP_ADVANCED_CONFIG, MSP_SET_ADVANCED_CONFIG, MSP_RC_TUNING, MSP_STATUS_EX = 90, 91, 111, 150
 MSP_SET_RC_TUNING, MSP_ACC_CALIBRATION, MSP_EEPROM_WRITE, MSP_MULTIPLE_MSP = 204, 205, 250, 230
-# MSP_FAILSAFE_CONFIG: delay (0.1 s), landing time (s), throttle (us), switch mode, throttle-low delay (0.1 s), procedure
+MSP_SET_ARMING_DISABLED = 99
+# MSP_FAILSAFE_CONFIG: delay (0.1 s), landing time (s), throttle (us), switch mode, throttle-low delay (0.1 s),
+# procedure
 FAILSAFE_CONFIG = struct.Struct("<BBHBHB")
-# MSP_RC_TUNING: roll rc rate, roll expo, rates r/p/y, (tpa), thr mid, thr expo, (tpa breakpoint), yaw expo, yaw rc rate,
-# pitch rc rate, pitch expo, throttle limit type, throttle limit %, rate limits r/p/y, rates type, thr hover
+# MSP_RC_TUNING: roll rc rate, roll expo, rates r/p/y, (tpa), thr mid, thr expo, (tpa breakpoint), yaw expo,
+# yaw rc rate, pitch rc rate, pitch expo, throttle limit type, throttle limit %, rate limits r/p/y, rates type, thr hover
 RC_TUNING = struct.Struct("<BBBBBBBBHBBBBBBHHHBB")
 MAX_PAYLOAD = 1024  # robo's messages are < 64 bytes; longer frames are treated as corrupt
 DIRECTIONS = {ord("<"): "request", ord(">"): "reply", ord("!"): "error"}

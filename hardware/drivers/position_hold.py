@@ -82,14 +82,15 @@ def _quat_zyx(roll: float, pitch: float, yaw: float) -> np.ndarray:
 
 
 def hover_then_eight(height: float = 1.0, climb_rate: float = 0.5, hover_s: float = 10.0, eight_s: float = 0.0,
-                     size: float = 0.5, period_s: float = 8.0):
-    """A trajectory t -> (position (3,), velocity (3,)): climb at ``climb_rate`` to ``height``, hold ``hover_s``,
-    then ``eight_s`` of a figure-eight (lemniscate of Gerono, ``size`` m half-width, ``period_s`` per loop)."""
-    climb = height / climb_rate
+                     size: float = 0.5, period_s: float = 8.0, start_height: float = 0.0):
+    """A trajectory t -> (position (3,), velocity (3,)): climb at ``climb_rate`` from ``start_height`` to ``height``,
+    hold ``hover_s``, then ``eight_s`` of a figure-eight (lemniscate of Gerono in x-y, ``size`` m, ``period_s`` per
+    loop) over the take-off point. ``target.duration`` is the total time, ``target.climb`` the climb's."""
+    climb = (height - start_height) / climb_rate
 
     def target(t: float) -> tuple[np.ndarray, np.ndarray]:
         if t < climb:
-            return np.array([0.0, 0.0, climb_rate * t]), np.array([0.0, 0.0, climb_rate])
+            return np.array([0.0, 0.0, start_height + climb_rate * t]), np.array([0.0, 0.0, climb_rate])
         te = t - climb - hover_s
         if te <= 0.0 or te > eight_s:
             return np.array([0.0, 0.0, height]), np.zeros(3)
@@ -97,7 +98,7 @@ def hover_then_eight(height: float = 1.0, climb_rate: float = 0.5, hover_s: floa
         return (np.array([size * math.sin(w * te), size * math.sin(w * te) * math.cos(w * te), height]),
                 np.array([size * w * math.cos(w * te), size * w * math.cos(2 * w * te), 0.0]))
 
-    target.duration = climb + hover_s + eight_s
+    target.duration, target.climb = climb + hover_s + eight_s, climb
     return target
 
 

