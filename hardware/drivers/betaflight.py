@@ -7,9 +7,12 @@
 the rate where the flight controller answers it (and not while a ``request`` waits), and maps:
 
 * ``AttitudeThrustCommand`` -> AETR sticks in angle mode (``betaflight_sitl.attitude_to_rc``).
-* ``MotorCommand`` -> ``MSP_SET_MOTOR`` in Betaflight's motor order, us = 1000 + 1000 * u.
-  Betaflight applies these only while **disarmed** (the configurator's motor test): a bench
-  path, not a flight path. Fly with attitude commands, or use the SITL bridge for motor-level.
+* ``MotorCommand``: only all motors off (the safety layer's safe command), sent as ``MSP_SET_MOTOR``
+  1000 us. Betaflight stores MSP_SET_MOTOR values as its *disarmed* motor outputs (``motor_disarmed``,
+  the configurator's motor test) and drives the motors with them whenever it is disarmed, even if
+  they arrived while armed: any other value would spin motors while robo believes the vehicle is
+  disarmed, so it is refused (``RobotError``). Fly with attitude commands (or motor-level through
+  the SITL bridge, or a policy compiled into the firmware).
 * ``arm``/``disarm`` -> the ARM aux channel (``RcMapping.arm_channel``) with throttle low;
   ``arm`` waits for the ARM flag in ``MSP_STATUS`` and, if it never comes, raises ``RobotError``
   naming the firmware's arming-disable flags (``MSP_STATUS_EX``, e.g. ``RXLOSS``, ``CALIB``).
@@ -54,7 +57,7 @@ from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, Robo
 from .betaflight_setup import arming_disable_names
 from .extras import require
 from .threads import join_loops, start_loops, wait_until
-from .betaflight_sitl import (BF_FROM_ROBO, PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude_to_rc,
+from .betaflight_sitl import (PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude_to_rc,
                               betaflight_attitude_to_quat, betaflight_gyro_to_flu, pack_rc, state_to_fdm,
                               unpack_servo)
 
@@ -362,9 +365,12 @@ class BetaflightRobot:
             m = np.asarray(command.motors, dtype=np.float64)
             if m.shape != (4,) or not np.all(np.isfinite(m)):
                 raise ValueError(f"motors must be 4 finite values in [0, 1], got {command.motors!r}")
+            if m.any():
+                raise RobotError(f"BetaflightRobot sends only motors off, got {m.tolist()}: Betaflight keeps "
+                                 "MSP_SET_MOTOR values as its disarmed motor outputs and would spin the motors "
+                                 "after a disarm; fly with AttitudeThrustCommand")
             self._check_link()
-            us = np.concatenate([1000 + 1000 * np.clip(m, 0, 1)[BF_FROM_ROBO], np.full(4, 1000)])
-            self._send(msp.MSP_SET_MOTOR, msp.pack_channels(np.round(us)))
+            self._send(msp.MSP_SET_MOTOR, msp.pack_channels(np.full(8, 1000)))
         else:
             raise TypeError(f"BetaflightRobot cannot send {type(command).__name__}; "
                             "use AttitudeThrustCommand or MotorCommand")

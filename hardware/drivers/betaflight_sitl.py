@@ -5,22 +5,25 @@ target.h`` (formerly ``src/main/target/SITL/target.h``; the sockets are in ``udp
 byte order (little endian on x86/ARM), C struct alignment:
 
 * ``fdm_packet`` (simulator -> FC, UDP port 9003): double timestamp s; double
-  imu_angular_velocity_rpy[3] rad/s; double imu_linear_acceleration_xyz[3] m/s^2 (body, NED-style
-  axes, specific force: -9.81 on z at rest); double imu_orientation_quat[4] (w, x, y, z);
+  imu_angular_velocity_rpy[3] rad/s; double imu_linear_acceleration_xyz[3] m/s^2 (minus the body
+  FLU specific force: -9.81 on z at rest); double imu_orientation_quat[4] (w, x, y, z);
   double velocity_xyz[3] m/s; double position_xyz[3]; double pressure Pa. 144 bytes.
 * ``rc_packet`` (simulator -> FC, port 9004): double timestamp; uint16 channels[16] us. 40 bytes.
-* ``servo_packet`` (FC -> simulator, port 9002): float motor_speed[4], [0, 1] ([-1, 1] in 3D). 16 bytes.
+* ``servo_packet`` (FC -> simulator, port 9002): float motor_speed[4], [0, 1] ([-1, 1] in 3D), in the order
+  [FR, RL, FL, RR]: ``pwmCompleteMotorUpdate`` rotates Betaflight's motors 1..4 (RR, FR, RL, FL). 16 bytes.
 * ``servo_packet_raw`` (FC -> simulator, port 9001): uint16 motorCount, 2 bytes padding,
   float pwm_output_raw[16] us. 68 bytes.
 
 ``sitl.c`` accepts a packet only if its size equals ``sizeof`` the struct, and drops an fdm
 packet whose timestamp is older than the last one ("don't use old packet").
 
-Conventions robo sends (legacy, non-Gazebo bridge path of ``sitl.c``): gyro and accelerometer in
-body FRD, quaternion body FRD -> world NED; with ``USE_VIRTUAL_GPS`` (the SITL target enables GPS)
-velocity is ENU and position is (longitude deg, latitude deg, altitude m). robo's world FLU is
-taken as North-West-Up. Betaflight's motor order (quad X) is [rear-right, front-right,
-rear-left, front-left]; robo's is [front-right, back-right, back-left, front-left].
+Conventions robo sends (legacy, non-Gazebo bridge path of ``sitl.c``, checked against the 4.6 SITL): gyro
+in body FRD (``sitl.c`` flips y and z: the firmware's own body axes are FLU); the accelerometer as minus the
+body FLU specific force (``sitl.c`` negates all three axes); quaternion body FRD -> world NED; with
+``USE_VIRTUAL_GPS`` (the SITL target enables GPS) velocity is ENU and position is (longitude deg, latitude deg,
+altitude m). robo's world FLU is taken as North-West-Up. Betaflight's motor numbering (quad X, MSP_SET_MOTOR,
+MSP_MOTOR) is [rear-right, front-right, rear-left, front-left]; the servo packet's is [FR, RL, FL, RR];
+robo's is [front-right, back-right, back-left, front-left].
 
 Betaflight's own attitude convention (MSP_ATTITUDE, ``imu.c``): roll right-wing-down +, pitch
 nose-down + ("Positive angle - nose down"), yaw = heading, clockwise from north. Its gyro axes
@@ -43,7 +46,9 @@ SERVO = struct.Struct("<4f")
 SERVO_RAW = struct.Struct("<H2x16f")
 RC_CHANNELS = 16
 EARTH_RADIUS = 6378137.0  # m, WGS-84 equatorial
-BF_FROM_ROBO = [1, 0, 2, 3]  # bf[i] = robo[BF_FROM_ROBO[i]] (a swap: its own inverse)
+BF_FROM_ROBO = [1, 0, 2, 3]  # Betaflight motor i (MSP) = robo[BF_FROM_ROBO[i]] (a swap: its own inverse)
+ROBO_FROM_SERVO = [0, 3, 1, 2]  # robo motor i = servo_packet[ROBO_FROM_SERVO[i]]
+SERVO_FROM_ROBO = [0, 2, 3, 1]  # servo_packet[i] = robo[SERVO_FROM_ROBO[i]]
 
 
 @dataclass
@@ -81,10 +86,10 @@ def unpack_servo(data: bytes) -> np.ndarray:
     """``servo_packet`` bytes -> motors (4,) in robo's order; ``ValueError`` if malformed."""
     if len(data) != SERVO.size:
         raise ValueError(f"servo_packet has {len(data)} bytes, expected {SERVO.size}")
-    bf = np.array(SERVO.unpack(data), dtype=np.float64)
-    if not np.all(np.isfinite(bf)):
-        raise ValueError(f"servo_packet holds non-finite motor values {bf.tolist()}")
-    return bf[BF_FROM_ROBO]
+    packet = np.array(SERVO.unpack(data), dtype=np.float64)
+    if not np.all(np.isfinite(packet)):
+        raise ValueError(f"servo_packet holds non-finite motor values {packet.tolist()}")
+    return packet[ROBO_FROM_SERVO]
 
 
 # frames ----------------------------------------------------------------------------------------
@@ -123,7 +128,7 @@ def state_to_fdm(timestamp: float, position, velocity, quaternion, angular_veloc
     """
     geo = nwu_to_geodetic(position, origin)
     v = np.asarray(velocity, dtype=np.float64)
-    return FdmPacket(float(timestamp), flu_to_frd(angular_velocity), flu_to_frd(specific_force),
+    return FdmPacket(float(timestamp), flu_to_frd(angular_velocity), -np.asarray(specific_force, dtype=np.float64),
                      quat_flu_to_ned_frd(quaternion), np.array([-v[1], v[0], v[2]]), geo, pressure_at(geo[2]))
 
 

@@ -3,11 +3,15 @@
 ``BetaflightSITLPeer`` plays the Betaflight SITL firmware's UDP side (``src/platform/SIMULATOR/
 sitl.c``): it listens for ``fdm_packet`` (144 bytes) and ``rc_packet`` (40 bytes), drops packets
 whose size is not exactly the struct's and fdm packets older than the last one (as ``sitl.c``
-does), counts both, and answers each accepted fdm packet with a ``servo_packet`` (4 float32,
-Betaflight motor order RR, FR, RL, FL) computed by an angle-mode controller
+does), counts both, and answers each accepted fdm packet with a ``servo_packet`` (4 float32 in the
+order the 4.6 SITL sends them, [FR, RL, FL, RR]: ``pwmCompleteMotorUpdate`` rotates Betaflight's motors
+1..4 = RR, FR, RL, FL) computed by an angle-mode controller
 (``sim_vehicle.attitude_to_motors``) from the received state and sticks. Layouts, frames and
 sticks are decoded from Betaflight's documented conventions, independently of robo's driver:
-gyro/accel body FRD, quaternion FRD -> NED, ENU velocity, AETR sticks, ARM on AUX1, angle limit 60 deg.
+gyro body FRD, accelerometer minus the body FLU specific force (``sitl.c`` negates it), quaternion
+FRD -> NED, ENU velocity, AETR sticks, ARM on AUX1, angle limit 60 deg. Unlike the firmware it arms on
+AUX1 without provisioning, boot grace time or calibration, and has no failsafe: tests of those run
+against the real SITL (``sims.vehicles.betaflight_firmware``).
 
 ``BetaflightMSPServer`` is a flight controller's MSP port on TCP (Betaflight SITL serves UART1
 on 5761): frames are decoded and encoded with ``pymsp`` (MSP v1 and v2). It answers
@@ -118,8 +122,8 @@ class BetaflightSITLPeer:
         state[3:7], state[10:13] = quat, gyro_frd * np.array([1.0, -1.0, -1.0])
         motors = attitude_to_motors(state, *sticks_to_setpoint(self.channels), self.params) if self.armed \
             else np.zeros(4)
-        bf = motors[[1, 0, 2, 3]]  # robo FR, BR, BL, FL -> Betaflight RR, FR, RL, FL
-        self._state.sendto(struct.pack(SERVO_FORMAT, *bf), self.motor_address)
+        packet = motors[[0, 2, 3, 1]]  # robo FR, BR, BL, FL -> servo_packet FR, RL, FL, RR
+        self._state.sendto(struct.pack(SERVO_FORMAT, *packet), self.motor_address)
 
 
 class BetaflightMSPServer:

@@ -51,8 +51,8 @@ def test_sitl_struct_layouts_match_the_c_headers():
     assert list(c.velocity_xyz) == [11, 12, 13] and list(c.position_xyz) == [14, 15, 16] and c.pressure == 101325
     rc = CRc.from_buffer_copy(sitl.pack_rc(2.0, np.arange(1000, 1016)))
     assert rc.timestamp == 2.0 and list(rc.channels) == list(range(1000, 1016))
-    bf = CServo((ctypes.c_float * 4)(0.1, 0.2, 0.3, 0.4))  # RR, FR, RL, FL
-    np.testing.assert_allclose(sitl.unpack_servo(bytes(bf)), [0.2, 0.1, 0.3, 0.4], atol=1e-7)  # FR, BR, BL, FL
+    bf = CServo((ctypes.c_float * 4)(0.1, 0.2, 0.3, 0.4))  # FR, RL, FL, RR (the 4.6 SITL's pwmCompleteMotorUpdate)
+    np.testing.assert_allclose(sitl.unpack_servo(bytes(bf)), [0.1, 0.4, 0.2, 0.3], atol=1e-7)  # FR, BR, BL, FL
     raw = CServoRaw(4, (ctypes.c_float * 16)(*range(1100, 1116)))
     count, *pwm = sitl.SERVO_RAW.unpack(bytes(raw))
     assert count == 4 and pwm == list(range(1100, 1116))
@@ -63,7 +63,9 @@ def test_sitl_struct_layouts_match_the_c_headers():
 def test_state_to_fdm_on_known_cases():
     level = sitl.state_to_fdm(0.0, [0, 0, 0], [1.0, 0, 0], [1, 0, 0, 0], [0.1, 0.2, 0.3], [0, 0, 9.81],
                               origin=(47.0, 8.0, 400.0))
-    np.testing.assert_allclose(level.linear_acceleration_xyz, [0, 0, -9.81])  # FRD specific force at rest
+    np.testing.assert_allclose(level.linear_acceleration_xyz, [0, 0, -9.81])  # minus the FLU specific force
+    forward = sitl.state_to_fdm(0.0, [0, 0, 0], [0, 0, 0], [1, 0, 0, 0], [0, 0, 0], [2.0, 1.0, 9.81])
+    np.testing.assert_allclose(forward.linear_acceleration_xyz, [-2.0, -1.0, -9.81])  # sitl.c negates all axes
     np.testing.assert_allclose(level.angular_velocity_rpy, [0.1, -0.2, -0.3])
     np.testing.assert_allclose(level.velocity_xyz, [0, 1.0, 0])  # 1 m/s north -> ENU (0, 1, 0)
     np.testing.assert_allclose(level.position_xyz, [8.0, 47.0, 400.0])
@@ -173,11 +175,14 @@ def test_rc_bytes_decode_in_pymsp_and_hover(fc):
     assert not server.vehicle.armed
 
 
-def test_motor_command_is_msp_set_motor_in_betaflight_order(fc):
-    server, robot = fc
-    robot.send(MotorCommand(np.array([0.1, 0.2, 0.3, 0.4])))  # FR, BR, BL, FL
-    assert wait_for(lambda: server.motor_test.any())
-    np.testing.assert_array_equal(server.motor_test, [1200, 1100, 1300, 1400, 1000, 1000, 1000, 1000])
+def test_motor_commands_other_than_off_are_refused(fc):
+    server, robot = fc  # Betaflight would keep them as its disarmed outputs and spin the motors after a disarm
+    with pytest.raises(RobotError, match="only motors off"):
+        robot.send(MotorCommand(np.array([0.1, 0.2, 0.3, 0.4])))
+    robot.send(MotorCommand(np.zeros(4)))  # the safety layer's safe command: MSP_SET_MOTOR 1000 us
+    assert wait_for(lambda: any(f.message_id == msp.MSP_SET_MOTOR for f in server.requests))
+    sent = [f for f in server.requests if f.message_id == msp.MSP_SET_MOTOR]
+    assert len(sent) == 1 and struct.unpack("<8H", sent[0].payload) == (1000,) * 8
 
 
 def test_corrupt_and_unexpected_replies_are_rejected_without_crashing(fc):
