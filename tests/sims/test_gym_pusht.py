@@ -108,3 +108,14 @@ def test_adapted_expert_solves_gym_pusht():
 def test_adapted_expert_succeeds_in_98_percent_of_200_episodes():
     success, _ = expert_results(200)
     assert success >= 0.98
+
+
+def test_gym_pusht_tasks_take_push_t_policy_presets():
+    from tests.hydra_configs import composed
+
+    cfg = composed("train", "policy=diffusion", "task=gym_pusht")
+    assert cfg.policy.n_action_steps == 2 and cfg.task.eval.episodes == 200  # configs/task_policy/gym_pusht_*.yaml
+    image = composed("train", "policy=energy", "task=gym_pusht_image").policy
+    assert (image.horizon, image.encoder_channels, image.image_crop) == (6, [16, 32, 64], [84, 84])
+    env = gym.make(composed("train", "task=gym_pusht").task.env_id, obs_type="state", render_mode=None)
+    assert env.observation_space.shape == (5,)
