@@ -202,17 +202,23 @@ class BetaflightFirmware:
         position: (3,) world FLU m where the vehicle starts, resting on the ground at z = 0 by default.
         run_dir: folder for ``eeprom.bin`` and ``sitl.log`` (default: a fresh temporary folder, removed at close).
         eeprom: a saved ``eeprom.bin`` to start from (copied into ``run_dir``).
-        reply_timeout: s to wait for the servo packet of a step before reusing the last motors (default: dt).
+        reply_timeout: s to wait for the servo packet of a step before reusing the last motors (default: dt;
+            50 ms with ``lockstep``).
+        binary: the SITL executable to run (default: ``sitl_binary()``, the stock build), e.g. one built by
+            ``hardware.export.betaflight_build.build_onboard_sitl`` with robo's policy as its controller.
+        lockstep: the binary was built with ``SIMULATOR_GYROPID_SYNC`` (one control loop per state packet): each
+            step waits for its reply; steps stay paced to the wall clock (MSP and RC run in wall time).
     """
 
     mode = "real time"
     msp_address = f"tcp://127.0.0.1:{MSP_PORT}"
 
     def __init__(self, params: QuadrotorParams | None = None, position=(0.0, 0.0, 0.0), run_dir=None,
-                 eeprom=None, reply_timeout: float | None = None):
+                 eeprom=None, reply_timeout: float | None = None, binary=None, lockstep: bool = False):
         self.params = params or preset("betaflight_quadx")
         self.position = np.asarray(position, dtype=np.float64)
-        self.reply_timeout = self.params.dt if reply_timeout is None else reply_timeout
+        self.binary, self.mode = (Path(binary) if binary else None), ("lockstep" if lockstep else "real time")
+        self.reply_timeout = reply_timeout if reply_timeout is not None else 0.05 if lockstep else self.params.dt
         self._own_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="robo-betaflight-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -235,7 +241,7 @@ class BetaflightFirmware:
 
     # process ------------------------------------------------------------------------------------------------
     def start(self) -> "BetaflightFirmware":
-        binary = sitl_binary()
+        binary = self.binary or sitl_binary()
         busy = [h for h in (_port_holder(MSP_PORT, socket.SOCK_STREAM), _port_holder(PORT_STATE, socket.SOCK_DGRAM),
                             _port_holder(PORT_RC, socket.SOCK_DGRAM), _port_holder(PORT_PWM, socket.SOCK_DGRAM)) if h]
         if busy:
@@ -278,7 +284,7 @@ class BetaflightFirmware:
                 self._proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self._stop_process()
-        self._spawn(sitl_binary())
+        self._spawn(self.binary or sitl_binary())
 
     @property
     def alive(self) -> bool:

@@ -1,0 +1,135 @@
+/* robo's exported policy (robo_policy.c) flying Betaflight's SITL build at motor level.
+
+   Observation (22,), robo's deployable quadrotor observation (sims/envs/observation.py), world and body FLU:
+     0:3   position - target, m            from the simulator packet (virtual GPS fields, double precision)
+     3:12  rotation body -> world, row-major from the firmware's attitude quaternion (getQuaternion)
+     12:15 velocity, m/s                    from the simulator packet
+     15:18 body rates, rad/s                from the firmware's filtered gyro (gyro.gyroADCf, deg/s)
+     18:22 previous action [FR, BR, BL, FL] in [-1, 1]
+   Action (4,) in [-1, 1] -> motor = (a + 1) / 2 in [0, 1], written straight into the servo packet.
+   The firmware's attitude is body FRD -> world NED; robo's is FLU -> NWU: (w, x, -y, -z).
+   Each policy step is timed with the firmware's real-time clock (nanos64_real); a line
+   "[robo_onboard] ..." goes to stdout every ROBO_LOG_EVERY steps. */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "platform.h"
+
+#include "common/maths.h"
+
+#include "fc/runtime_config.h"
+#include "flight/imu.h"
+#include "sensors/gyro.h"
+
+#include "robo_onboard.h"
+#include "robo_onboard_config.h"
+#include "robo_policy.h"
+
+#if ROBO_POLICY_OBS_DIM != 22 || ROBO_POLICY_ACTION_DIM != 4
+#error "robo_onboard needs a policy with obs (22,) and action (4,): robo's quadrotor observation and four motors"
+#endif
+
+uint64_t nanos64_real(void);
+
+static pthread_mutex_t poseLock = PTHREAD_MUTEX_INITIALIZER;
+static double pose[6];  /* position (3,) then velocity (3,), world FLU */
+static bool fresh;      /* a state packet arrived since the last policy step */
+
+static robo_policy_state policyState;
+static float action[4];
+static bool wasArmed;
+static uint64_t steps, windowSteps, windowNs, windowMaxNs, totalNs;
+
+void roboOnboardState(const double position[3], const double velocity[3])
+{
+    const double deg = M_PI / 180.0;
+    pthread_mutex_lock(&poseLock);
+    pose[0] = (position[1] - ROBO_ORIGIN_LAT) * deg * ROBO_EARTH_RADIUS;
+    pose[1] = -(position[0] - ROBO_ORIGIN_LON) * deg * ROBO_EARTH_RADIUS * cos(ROBO_ORIGIN_LAT * deg);
+    pose[2] = position[2] - ROBO_ORIGIN_ALT;
+    pose[3] = velocity[1];
+    pose[4] = -velocity[0];
+    pose[5] = velocity[2];
+    fresh = true;
+    pthread_mutex_unlock(&poseLock);
+}
+
+static void observe(float obs[22])
+{
+    static const double target[3] = {ROBO_TARGET_X, ROBO_TARGET_Y, ROBO_TARGET_Z};
+    quaternion_t q;
+    float w, x, y, z;
+    int i;
+    pthread_mutex_lock(&poseLock);
+    for (i = 0; i < 3; ++i) {
+        obs[i] = (float)(pose[i] - target[i]);
+        obs[12 + i] = (float)pose[3 + i];
+    }
+    fresh = false;
+    pthread_mutex_unlock(&poseLock);
+    getQuaternion(&q);
+    w = q.w; x = q.x; y = -q.y; z = -q.z;
+    obs[3] = 1.0f - 2.0f * (y * y + z * z); obs[4] = 2.0f * (x * y - w * z); obs[5] = 2.0f * (x * z + w * y);
+    obs[6] = 2.0f * (x * y + w * z); obs[7] = 1.0f - 2.0f * (x * x + z * z); obs[8] = 2.0f * (y * z - w * x);
+    obs[9] = 2.0f * (x * z - w * y); obs[10] = 2.0f * (y * z + w * x); obs[11] = 1.0f - 2.0f * (x * x + y * y);
+    for (i = 0; i < 3; ++i) {
+        obs[15 + i] = gyro.gyroADCf[i] * (M_PIf / 180.0f);
+    }
+    for (i = 0; i < 4; ++i) {
+        obs[18 + i] = action[i];
+    }
+}
+
+static void logWindow(const float obs[22])
+{
+    printf("[robo_onboard] steps %llu step_us mean %.3f max %.3f total_mean %.3f "
+           "obs_pos %.4f %.4f %.4f obs_rate %.4f %.4f %.4f action %.4f %.4f %.4f %.4f\n",
+           (unsigned long long)steps, 1e-3 * (double)windowNs / (double)windowSteps, 1e-3 * (double)windowMaxNs,
+           1e-3 * (double)totalNs / (double)steps, (double)obs[0], (double)obs[1], (double)obs[2],
+           (double)obs[15], (double)obs[16], (double)obs[17],
+           (double)action[0], (double)action[1], (double)action[2], (double)action[3]);
+    fflush(stdout);
+    windowSteps = windowNs = windowMaxNs = 0;
+}
+
+bool roboOnboardMotors(float motor_speed[4])
+{
+    float obs[22];
+    uint64_t t0, ns;
+    int i;
+    if (!ARMING_FLAG(ARMED)) {
+        wasArmed = false;
+        return false;
+    }
+    if (!wasArmed) {  /* a new flight: the policy's state and previous action start afresh */
+        robo_policy_reset(&policyState);
+        for (i = 0; i < 4; ++i) {
+            action[i] = 0.0f;
+        }
+        wasArmed = true;
+        fresh = true;
+    }
+    if (fresh) {
+        observe(obs);
+        t0 = nanos64_real();
+        robo_policy_step(&policyState, obs, action);
+        ns = nanos64_real() - t0;
+        for (i = 0; i < 4; ++i) {
+            action[i] = fminf(fmaxf(action[i], -1.0f), 1.0f);
+        }
+        steps++; windowSteps++; windowNs += ns; totalNs += ns;
+        windowMaxNs = ns > windowMaxNs ? ns : windowMaxNs;
+        if (windowSteps >= ROBO_LOG_EVERY) {
+            logWindow(obs);
+        }
+    }
+    /* robo [FR, BR, BL, FL] -> servo packet [FR, RL, FL, RR] */
+    motor_speed[0] = 0.5f * (action[0] + 1.0f);
+    motor_speed[1] = 0.5f * (action[2] + 1.0f);
+    motor_speed[2] = 0.5f * (action[3] + 1.0f);
+    motor_speed[3] = 0.5f * (action[1] + 1.0f);
+    return true;
+}
