@@ -115,7 +115,7 @@ class GymPushTEnv(gym.Env):
             from gym_pusht.envs import PushTEnv as GymPushT
         except ImportError as e:
             raise ImportError(f"task gym_pusht needs the gym-pusht package ({e}); "
-                              "install it with pip install 'robo[bench]'") from e
+                              "pip install 'robo[bench]' and pip install --no-deps gym-pusht==0.1.8") from e
         self.obs_type, self.render_mode = obs_type, render_mode
         pixels = obs_type != "state"
         self.inner = GymPushT(obs_type="pixels_agent_pos" if pixels else "state",
