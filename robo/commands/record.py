@@ -1,10 +1,11 @@
-"""``robo record``: write a LeRobot dataset of demonstrations.
+"""``robo record``: write a LeRobot v3.0 dataset of demonstrations, or convert an older one.
 
     robo record task=pusht episodes=200 out=data/pusht obs=state       # the scripted expert
-    robo record task=pusht episodes=200 out=data/pusht_image obs=image
+    robo record task=pusht episodes=200 out=data/pusht_image obs=image [video=true]   # PNG frames [mp4 video]
     robo record task=figure_eight policy=raptor episodes=64 out=data/quad_fig8
     robo record task=pusht policy=checkpoint policy.path=<policy folder> episodes=1000 attempts=3 out=data/pusht_self
         # an imitation policy's own successes from 1000 starts (up to 3 tries each): self-imitation data
+    robo record convert=data/pusht_v2 out=data/pusht_v3    # a LeRobot v2.0 / v2.1 dataset (robo's or LeRobot's)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from robo.datasets import convert_legacy
 from robo.datasets.record import record_pusht, record_pusht_rollouts, record_quadrotor
 from robo.run_dir import seed_run, write_json, write_resolved_config
 
@@ -29,14 +31,19 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     task, policy = c["task"], dict(c["policy"])
     kind = policy.pop("kind", None)
     common = dict(seed=int(c["seed"]), keep_failures=bool(c["keep_failures"]), overwrite=bool(c["overwrite"]))
-    if task["name"] == "pusht":
+    if c.get("convert"):
+        if not Path(c["convert"]).is_dir():
+            raise FileNotFoundError(f"convert={c['convert']}: no such dataset folder")
+        result = convert_legacy(c["convert"], out, overwrite=common["overwrite"])
+    elif task["name"] == "pusht":
         if kind == "checkpoint":
             if c["obs"] != "state":
                 raise ValueError("a push-T policy's rollouts are recorded with state observations only (obs=state)")
             result = record_pusht_rollouts(out, policy["path"], int(c["episodes"]), attempts=int(c["attempts"]),
                                            env=(task.get("env_kwargs") or {}).get("config"), **common)
         elif kind == "expert":
-            result = record_pusht(out, int(c["episodes"]), obs=c["obs"], expert=policy, **common)
+            result = record_pusht(out, int(c["episodes"]), obs=c["obs"], expert=policy, video=bool(c["video"]),
+                                  **common)
         else:
             raise ValueError(f"policy={kind!r}: push-T episodes come from the scripted expert (policy=expert) or "
                              f"from an imitation policy (policy=checkpoint policy.path=<folder>)")

@@ -1,8 +1,8 @@
-"""Datasets of demonstrations in LeRobot's v2.0 layout (parquet + meta/*.json + PNG frames)."""
+"""Datasets of demonstrations in LeRobot's format v3.0 (parquet + meta/*.parquet + mp4 or PNG frames)."""
 
+from .convert import convert_legacy
 from .format import CODEBASE_VERSION
 from .reader import LeRobotDataset
-from .windows import WindowDataset, window_indices
 from .writer import DatasetWriter
 
-__all__ = ["CODEBASE_VERSION", "DatasetWriter", "LeRobotDataset", "WindowDataset", "window_indices"]
+__all__ = ["CODEBASE_VERSION", "DatasetWriter", "LeRobotDataset", "convert_legacy"]

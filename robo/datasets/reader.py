@@ -1,9 +1,10 @@
-"""Read a LeRobot-format dataset (see ``format``): episodes as arrays, stats, and training windows.
+"""Read a LeRobot v3.0 dataset (see ``format``; robo's or one LeRobot wrote): episodes as arrays, and stats.
 
     ds = LeRobotDataset("data/pusht")
-    ds.fps, ds.num_episodes, ds.num_frames, ds.features, ds.stats
-    ep = ds.episode(0)                # {"observation.state": (T, 5) float32, "action": (T, 2), ...}
-    windows = ds.windows(n_obs_steps=2, horizon=16)   # a torch Dataset of training samples
+    ds.fps, ds.num_episodes, ds.num_frames, ds.features, ds.stats, ds.tasks
+    ep = ds.episode(0)     # {"observation.state": (T, 5) float32, "action": (T, 2), "observation.image": (T, H, W, 3)}
+
+A v2.0 / v2.1 folder is refused with the command that converts it (``robo record convert=<old> out=<new>``).
 """
 
 from __future__ import annotations
@@ -13,71 +14,88 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from .format import EPISODES, INFO, STATS, TASKS, data_path, image_path
+from .format import CODEBASE_VERSION, INFO, LEGACY_VERSIONS, STATS, TASKS
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def column_to_numpy(column, dtype: str, shape: list[int]) -> np.ndarray:
+    """A parquet column (scalars, or fixed-size / variable lists, nested for ndim > 1) -> (N, *shape),
+    (N,) for shape [1]."""
+    col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(col)
+    while pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
+        col = col.flatten()
+    flat = np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
+    return flat if list(shape) == [1] else flat.reshape(n, *shape)
 
 
-def _to_numpy(column, dtype: str, shape: list[int]) -> np.ndarray:
-    """A parquet column (scalars or fixed-size lists) -> (N, *shape) array, or (N,) for shape [1]."""
-    col = column.combine_chunks()
-    if shape == [1]:
-        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
-    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=dtype)
-    return flat.reshape(len(col), *shape)
+def read_parquet_folder(folder: Path) -> pa.Table:
+    """Every ``chunk-*/file-*.parquet`` under ``folder``, in order, as one table."""
+    paths = sorted(folder.glob("chunk-*/file-*.parquet"))
+    if not paths:
+        raise FileNotFoundError(f"{folder} holds no chunk-*/file-*.parquet files")
+    return pa.concat_tables([pq.read_table(p) for p in paths], promote_options="default")
+
+
+def read_tasks(path: Path) -> dict[int, str]:
+    """meta/tasks.parquet -> {task_index: task}; the tasks are the pandas index column, or a ``task`` column."""
+    table = pq.read_table(path)
+    meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
+    index = [c for c in meta.get("index_columns", []) if isinstance(c, str)]
+    name = index[0] if index else "task"
+    if name not in table.column_names:
+        raise ValueError(f"{path} has no task column (columns: {table.column_names})")
+    return dict(zip(table.column("task_index").to_pylist(), table.column(name).to_pylist()))
 
 
 class LeRobotDataset:
-    """A dataset on disk, its non-image columns loaded into memory (images are read on demand).
+    """A v3.0 dataset on disk, its numeric columns in memory (images and videos are decoded on demand).
 
-    Attributes: ``info`` (meta/info.json), ``fps``, ``features``, ``stats`` ({feature: {min, max,
-    mean, std: arrays}}), ``episodes`` (meta/episodes.jsonl), ``tasks``, ``episode_from`` /
-    ``episode_to`` ((E,) global frame index range of each episode), ``data`` ({column: (N, ...)}).
+    Attributes: ``info`` (meta/info.json), ``fps``, ``features``, ``stats`` ({feature: {stat: array}}),
+    ``tasks`` ({task_index: task}), ``episodes`` (one dict a row of meta/episodes, without its stats),
+    ``episode_from`` / ``episode_to`` ((E,) frame ranges), ``data`` ({column: (N, ...)}), ``image_keys``
+    (features stored as images or videos), ``video_keys``.
     """
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"dataset folder {self.root} does not exist")
-        for name in (INFO, EPISODES, TASKS, STATS):
-            if not (self.root / name).is_file():
-                raise FileNotFoundError(f"{self.root} is not a LeRobot dataset: {name} is missing")
-        with open(self.root / INFO) as f:
-            self.info = json.load(f)
-        with open(self.root / STATS) as f:
+        if not (self.root / INFO).is_file():
+            raise FileNotFoundError(f"{self.root} is not a LeRobot dataset: {INFO} is missing")
+        self.info = json.loads((self.root / INFO).read_text())
+        version = self.info.get("codebase_version")
+        if version in LEGACY_VERSIONS:
+            raise ValueError(f"{self.root} is a LeRobot {version} dataset; convert it to {CODEBASE_VERSION} with "
+                             f"`robo record convert={self.root} out=<new folder>`")
+        if not str(version).startswith("v3."):
+            raise ValueError(f"{self.root} has codebase_version {version!r}; robo reads {CODEBASE_VERSION}")
+        self.stats = {}
+        if (self.root / STATS).is_file():
             self.stats = {k: {s: np.asarray(v, dtype=np.float64) for s, v in d.items()}
-                          for k, d in json.load(f).items()}
-        self.episodes = _read_jsonl(self.root / EPISODES)
-        self.tasks = {t["task_index"]: t["task"] for t in _read_jsonl(self.root / TASKS)}
+                          for k, d in json.loads((self.root / STATS).read_text()).items()}
+        self.tasks = read_tasks(self.root / TASKS)
+        episodes = read_parquet_folder(self.root / "meta/episodes")
+        episodes = episodes.select([c for c in episodes.column_names if not c.startswith("stats/")])
+        self.episodes = sorted(episodes.to_pylist(), key=lambda e: e["episode_index"])
         self.fps = float(self.info["fps"])
         self.features = self.info["features"]
-        self.image_keys = [k for k, f in self.features.items() if f["dtype"] == "image"]
-        if len(self.episodes) != self.info["total_episodes"]:
-            raise ValueError(f"{self.root}: meta/episodes.jsonl lists {len(self.episodes)} episodes, "
-                             f"info.json says {self.info['total_episodes']}")
-        tables = []
-        for e in self.episodes:
-            path = self.root / data_path(e["episode_index"])
-            if not path.is_file():
-                raise FileNotFoundError(f"{self.root}: episode {e['episode_index']} data {path} is missing")
-            tables.append(pq.read_table(path))
-        self.data: dict[str, np.ndarray] = {}
-        for k, ft in self.features.items():
-            if ft["dtype"] == "image":
-                continue
-            self.data[k] = np.concatenate([_to_numpy(t.column(k), ft["dtype"], ft["shape"]) for t in tables])
-        lengths = np.array([e["length"] for e in self.episodes], dtype=np.int64)
-        self.episode_to = np.cumsum(lengths)
-        self.episode_from = self.episode_to - lengths
-        if int(lengths.sum()) != len(self.data["index"]) or not np.array_equal(
-                self.data["index"], np.arange(len(self.data["index"]))):
-            raise ValueError(f"{self.root}: the parquet files do not match meta/episodes.jsonl lengths")
+        self.image_keys = [k for k, f in self.features.items() if f["dtype"] in ("image", "video")]
+        self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
+        table = read_parquet_folder(self.root / "data")
+        self.data = {k: column_to_numpy(table.column(k), ft["dtype"], ft["shape"]) for k, ft in self.features.items()
+                     if ft["dtype"] in ("float32", "float64", "int64", "int32", "bool") and k in table.column_names}
+        self._images = {k: table.column(k).combine_chunks().field("bytes") for k, ft in self.features.items()
+                        if ft["dtype"] == "image"}
+        self.episode_from = np.array([e["dataset_from_index"] for e in self.episodes], dtype=np.int64)
+        self.episode_to = np.array([e["dataset_to_index"] for e in self.episodes], dtype=np.int64)
+        if not np.array_equal(self.data["index"], np.arange(len(self.data["index"]))) or (
+                len(self.episodes) and self.episode_to[-1] != len(self.data["index"])):
+            raise ValueError(f"{self.root}: the frame rows do not match the episodes' frame ranges in meta/episodes")
+        self._video_cache: tuple[Path, np.ndarray, np.ndarray] | None = None
 
     @property
     def num_episodes(self) -> int:
@@ -91,23 +109,36 @@ class LeRobotDataset:
     def episode_lengths(self) -> np.ndarray:
         return self.episode_to - self.episode_from
 
-    def load_image(self, key: str, episode_index: int, frame_index: int) -> np.ndarray:
-        """(H, W, 3) uint8 RGB image of ``key`` at a frame."""
-        path = self.root / image_path(key, episode_index, frame_index)
-        img = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if img is None:
-            raise FileNotFoundError(f"image {path} is missing or unreadable")
-        return img[:, :, ::-1]
+    def _video_frames(self, key: str, episode_index: int, timestamps: np.ndarray) -> np.ndarray:
+        """(T, H, W, 3) uint8 frames of ``key`` at an episode's timestamps (the nearest decoded frame)."""
+        from .video import decode_video
+
+        e = self.episodes[episode_index]
+        path = self.root / self.info["video_path"].format(video_key=key, chunk_index=e[f"videos/{key}/chunk_index"],
+                                                          file_index=e[f"videos/{key}/file_index"])
+        if self._video_cache is None or self._video_cache[0] != path:
+            self._video_cache = (path, *decode_video(path))
+        _, frames, times = self._video_cache
+        query = e[f"videos/{key}/from_timestamp"] + timestamps.astype(np.float64)
+        nearest = np.abs(times[None, :] - query[:, None]).argmin(1)
+        worst = np.abs(times[nearest] - query).max()
+        if worst > 0.25 / self.fps:
+            raise ValueError(f"{path}: no frame within {0.25 / self.fps:.4f} s of episode {episode_index}'s "
+                             f"timestamps (off by {worst:.4f} s); the video does not match meta/episodes")
+        return frames[nearest]
 
     def episode(self, episode_index: int, images: bool = True) -> dict[str, np.ndarray]:
-        """All columns of one episode: {name: (T, ...)}; images (T, H, W, 3) uint8 if ``images``."""
+        """All columns of one episode: {name: (T, ...)}; images (T, H, W, 3) uint8 RGB if ``images``."""
         if not 0 <= episode_index < self.num_episodes:
             raise IndexError(f"episode {episode_index} out of range [0, {self.num_episodes})")
-        a, b = self.episode_from[episode_index], self.episode_to[episode_index]
+        a, b = int(self.episode_from[episode_index]), int(self.episode_to[episode_index])
         out = {k: v[a:b] for k, v in self.data.items()}
         if images:
-            for k in self.image_keys:
-                out[k] = np.stack([self.load_image(k, episode_index, i) for i in range(b - a)])
+            for k, col in self._images.items():
+                out[k] = np.stack([cv2.imdecode(np.frombuffer(col[i].as_py(), np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+                                   for i in range(a, b)])
+            for k in self.video_keys:
+                out[k] = self._video_frames(k, episode_index, out["timestamp"])
         return out
 
     def normalization_stats(self, obs_key: str = "observation.state", action_key: str = "action"
@@ -120,10 +151,3 @@ class LeRobotDataset:
             out[name] = {s: torch.as_tensor(self.stats[key][s], dtype=torch.float32).flatten()
                          for s in ("min", "max", "mean", "std")}
         return out
-
-    def windows(self, n_obs_steps: int, horizon: int, obs_key: str = "observation.state",
-                action_key: str = "action", image_key: str | None = None, pad_after: int | None = None):
-        """A torch ``Dataset`` of (observation history, action chunk) windows; see ``windows.WindowDataset``."""
-        from .windows import WindowDataset
-
-        return WindowDataset(self, n_obs_steps, horizon, obs_key, action_key, image_key, pad_after)

@@ -1,6 +1,6 @@
 """Record demonstrations as LeRobot datasets: the push-T expert, or a quadrotor policy tracking.
 
-    record_pusht("data/pusht", episodes=200, obs="state")            # or obs="image"
+    record_pusht("data/pusht", episodes=200, obs="state")            # or obs="image" [video=True: mp4, not PNG]
     record_quadrotor("data/quad", task="figure_eight", episodes=64)  # RAPTOR by default
 
 Both write atomically (see ``DatasetWriter``) and return a summary dict.
@@ -29,16 +29,19 @@ def _vec(dim: int, names: list[str] | None = None) -> dict:
     return {"dtype": "float32", "shape": [dim], "names": names}
 
 
-def pusht_features(obs: str, image_size: int = 96) -> dict:
-    """Dataset features of push-T demos: state (5,), or agent position (2,) + top-view image."""
+def pusht_features(obs: str, image_size: int = 96, video: bool = False) -> dict:
+    """Dataset features of push-T demos: state (5,), or agent position (2,) + top-view image (PNG frames, or an
+    mp4 video with ``video``: lossy, as LeRobot records cameras)."""
     action = _vec(2, ["target_x", "target_y"])
+    if video and obs != "image":
+        raise ValueError(f"video=true stores the top-view image as mp4; use it with obs=image, not obs={obs!r}")
     if obs == "state":
         return {"observation.state": _vec(5, PUSHT_STATE_NAMES), "action": action}
     if obs == "image":
         return {"observation.state": _vec(2, PUSHT_STATE_NAMES[:2]),
                 "observation.environment_state": _vec(5, PUSHT_STATE_NAMES),
-                "observation.image": {"dtype": "image", "shape": [image_size, image_size, 3],
-                                      "names": ["height", "width", "channel"]},
+                "observation.image": {"dtype": "video" if video else "image", "shape": [image_size, image_size, 3],
+                                      "names": ["height", "width", "channels"]},
                 "action": action}
     raise ValueError(f"obs={obs!r}; choose 'state' or 'image'")
 
@@ -57,13 +60,13 @@ def _add_pusht_episode(writer: DatasetWriter, ep: dict, obs: str = "state") -> N
 
 def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int = 0, keep_failures: bool = False,
                  overwrite: bool = False, progress: bool = True, expert: dict | None = None,
-                 env: dict | None = None) -> dict:
+                 env: dict | None = None, video: bool = False) -> dict:
     """Run the scripted expert for ``episodes`` kept episodes and write them to ``out``."""
     from sims.pusht import PushTConfig
     from sims.pusht.demos import iter_demos
 
     fps = PushTConfig.from_dict(env).control_hz
-    features = pusht_features(obs, PushTConfig.from_dict(env).image_size)
+    features = pusht_features(obs, PushTConfig.from_dict(env).image_size, video)
     t0 = time.time()
     last_attempt, frames, successes = -1, 0, 0
     with DatasetWriter(out, fps, features, robot_type="pusht_disc", overwrite=overwrite) as w:

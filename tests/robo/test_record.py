@@ -29,8 +29,7 @@ def test_pusht_state_dataset_replays_to_success(tmp_path):
     for a in ep["action"]:
         _, reward, terminated, _, _ = env.step(a)
     assert terminated and reward == 1.0
-    win = ds.windows(n_obs_steps=2, horizon=16)
-    assert win[0]["obs"].shape == (2, 5) and win[0]["action"].shape == (16, 2)
+    assert ds.info["codebase_version"] == "v3.0" and ds.tasks == {0: "Push the T-shaped block onto the green target T."}
 
 
 def test_pusht_image_dataset_and_determinism(tmp_path):
@@ -44,8 +43,8 @@ def test_pusht_image_dataset_and_determinism(tmp_path):
     demos = generate_demos(1, seed=3, obs_type="image")
     np.testing.assert_array_equal(demos[0]["action"], ep["action"])
     np.testing.assert_array_equal(demos[0]["image"].transpose(0, 2, 3, 1), ep["observation.image"])
-    batch = ds.windows(2, 8, image_key="observation.image")[3]
-    assert batch["image"].shape == (2, 3, 96, 96) and batch["obs"].shape == (2, 2)
+    with pytest.raises(ValueError, match="use it with obs=image"):
+        record_pusht(tmp_path / "b", episodes=1, obs="state", video=True, progress=False)
 
 
 def test_pusht_errors(tmp_path):
@@ -80,6 +79,18 @@ def test_robo_record_cli(tmp_path):
                           f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode != 0 and "policy=raptor" in bad.stderr
+    # an older dataset -> v3.0: `robo record convert=<old folder> out=<new folder>`
+    old = tmp_path / "old"
+    (old / "meta").mkdir(parents=True)
+    (old / "meta/info.json").write_text(json.dumps({"codebase_version": "v2.0", "fps": 10, "features": {}}))
+    conv = subprocess.run([sys.executable, "-m", "robo", "record", f"convert={old}", f"out={tmp_path / 'new'}",
+                           f"hydra.run.dir={tmp_path / 'run3'}"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert conv.returncode != 0 and "meta/episodes.jsonl lists no episodes" in conv.stderr
+    conv = subprocess.run([sys.executable, "-m", "robo", "record", f"convert={tmp_path / 'nope'}",
+                           f"hydra.run.dir={tmp_path / 'run4'}"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert conv.returncode != 0 and "no such dataset folder" in conv.stderr
 
 
 def test_killed_recording_leaves_no_dataset(tmp_path):
@@ -92,6 +103,7 @@ def test_killed_recording_leaves_no_dataset(tmp_path):
         deadline = time.time() + 180
         while not list(tmp_path.glob(".ds.tmp-*/data/chunk-000/*.parquet")) and time.time() < deadline:
             time.sleep(0.1)
+        time.sleep(0.5)  # a few episodes into the recording
         assert list(tmp_path.glob(".ds.tmp-*/data/chunk-000/*.parquet")), "recording never started"
     finally:
         proc.send_signal(signal.SIGKILL)
