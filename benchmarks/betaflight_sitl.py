@@ -73,7 +73,7 @@ def firmware_run(run_dir, hover_s: float, eight_s: float) -> dict:
         robot = BetaflightRobot(fw.msp_address, acc_1g=SITL_ACC_1G, position_source=fw.mocap)
         robot.connect(timeout=5.0)
         t = time.monotonic()
-        provision(robot, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP"))
+        provision(robot, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5))
         calibrate_accelerometer(robot)
         out["provisioning + acc calibration (s)"] = time.monotonic() - t
         wait_ready(robot, timeout=60.0)
@@ -101,6 +101,7 @@ def rc_loss(robot: BetaflightRobot, fw) -> float:
     """On the ground: arm, spin up above idle, stop the RC stream, time until the firmware stops the motors."""
     time.sleep(0.5)
     fw.reset((0.0, 0.0, 0.0))
+    wait_ready(robot, timeout=10.0)  # level on the ground again, the ARM switch seen low
     robot.arm(timeout=3.0)
     robot.send(AttitudeThrustCommand(np.array([1.0, 0, 0, 0]), 0.2))
     time.sleep(0.5)

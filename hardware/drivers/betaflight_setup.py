@@ -66,6 +66,11 @@ class SetupConfig:
     failsafe_delay: s of RX loss before stage 2 (Betaflight's guard time, 0.1 s steps, >= 0.2 s).
     failsafe_procedure: one of ``FAILSAFE_PROCEDURES``; DROP stops the motors and disarms.
     failsafe_throttle: us held during AUTO-LAND.
+    rate_pid_scale: factor on the roll and pitch rate loop's P and D (1.0 keeps the firmware's). Betaflight's
+        defaults assume an 8 kHz gyro with ~1 ms from gyro to motors; a loop that sees the vehicle less often
+        (SITL in robo's real-time physics: one state packet per 4 ms step, motors back a step later) needs
+        them lower, as a real frame with slow motors would: at 1.0 that SITL loop oscillates at ~10 Hz into
+        motor saturation on its first tilt command (a level hover never excites it); 0.5 flies.
     """
 
     arm_channel: int = 4
@@ -76,6 +81,7 @@ class SetupConfig:
     failsafe_delay: float = 0.5
     failsafe_procedure: str = "DROP"
     failsafe_throttle: int = 1000
+    rate_pid_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("arm_channel", "angle_channel"):
@@ -87,6 +93,8 @@ class SetupConfig:
             raise ValueError(f"failsafe_procedure {self.failsafe_procedure!r} is not one of {FAILSAFE_PROCEDURES}")
         if not 0.2 <= self.failsafe_delay <= 20.0:
             raise ValueError(f"failsafe_delay must be 0.2..20 s, got {self.failsafe_delay}")
+        if not 0.1 <= self.rate_pid_scale <= 2.0:
+            raise ValueError(f"rate_pid_scale must be 0.1..2.0, got {self.rate_pid_scale}")
         if not 10.0 <= self.max_yaw_rate <= 1998.0:
             raise ValueError(f"max_yaw_rate must be 10..1998 deg/s, got {self.max_yaw_rate}")
 
@@ -110,8 +118,20 @@ def provision(robot, config: SetupConfig = SetupConfig()) -> bool:
     fs[0], fs[2], fs[5] = (round(config.failsafe_delay * 10), config.failsafe_throttle,
                            FAILSAFE_PROCEDURES.index(config.failsafe_procedure))
     robot.request(msp.MSP_SET_FAILSAFE_CONFIG, msp.FAILSAFE_CONFIG.pack(*fs))
+    if config.rate_pid_scale != 1.0:
+        robot.request(msp.MSP_SET_PID, _scaled_rate_pids(robot.request(msp.MSP_PID), config.rate_pid_scale))
     save(robot)
     return robot.status_ex().reboot_required
+
+
+def _scaled_rate_pids(current: bytes, scale: float) -> bytes:
+    """MSP_PID (P, I, D bytes per item: roll, pitch, yaw, level, mag) -> MSP_SET_PID with roll and pitch P, D
+    scaled. (MSP_SET_PID leaves simplified tuning alone: only its sliders or a CLI ``save`` re-derive the gains.)"""
+    pids = bytearray(current)
+    for axis in (0, 1):
+        for term in (0, 2):
+            pids[3 * axis + term] = min(255, round(pids[3 * axis + term] * scale))
+    return bytes(pids)
 
 
 def _linear_rates(current: bytes, max_yaw_rate: float) -> bytes:
