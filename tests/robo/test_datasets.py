@@ -95,7 +95,8 @@ def test_video_round_trip_is_close(tmp_path):
                 w.add_frame({"action": np.zeros(2, np.float32), "observation.cam": frames[t]})
             w.save_episode("look")
     ds = LeRobotDataset(tmp_path / "ds")
-    assert ds.video_keys == ["observation.cam"] and (tmp_path / "ds/videos/observation.cam/chunk-000/file-000.mp4").is_file()
+    assert ds.video_keys == ["observation.cam"]
+    assert (tmp_path / "ds/videos/observation.cam/chunk-000/file-000.mp4").is_file()
     assert ds.info["features"]["observation.cam"]["info"]["video.codec"] == "av1"
     got = np.concatenate([ds.episode(i)["observation.cam"] for i in range(2)])
     assert got.shape == frames.shape and np.abs(got.astype(int) - frames).mean() < 4
