@@ -25,7 +25,7 @@ from pathlib import Path
 COMMANDS = {
     "eval": ("robo.commands.eval", "fly a policy in the batched quadrotor sim (or an imitation task) and score it"),
     "train": ("robo.commands.train", "RL from scratch on a quadrotor task, or imitation (policy=diffusion|energy)"),
-    "record": ("robo.commands.record", "record demonstrations as a LeRobot-format dataset"),
+    "record": ("robo.commands.record", "record demonstrations as a LeRobot v3.0 dataset (or convert an older one)"),
     "export": ("robo.commands.export", "export a policy to ONNX, TorchScript or C, checked against torch"),
     "finetune": ("robo.commands.finetune", "fine-tune a policy on a real (or stand-in) robot behind the safety layer"),
     "foundation": ("robo.commands.foundation", "RAPTOR-style teachers distilled into a recurrent foundation policy"),

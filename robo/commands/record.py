@@ -21,6 +21,7 @@ from robo.run_dir import seed_run, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 QUADROTOR_TASKS = ("hover", "waypoint", "figure_eight")
+PUSHT_TASKS = ("pusht", "gym_pusht")  # robo's MuJoCo push-T and gym-pusht (the community's)
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -35,7 +36,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         if not Path(c["convert"]).is_dir():
             raise FileNotFoundError(f"convert={c['convert']}: no such dataset folder")
         result = convert_legacy(c["convert"], out, overwrite=common["overwrite"])
-    elif task["name"] == "pusht":
+    elif task["name"] in PUSHT_TASKS:
+        if kind == "checkpoint" and task["name"] == "gym_pusht":
+            raise ValueError("gym-pusht episodes come from its adapted scripted expert (policy=expert)")
         if kind == "checkpoint":
             if c["obs"] != "state":
                 raise ValueError("a push-T policy's rollouts are recorded with state observations only (obs=state)")
@@ -43,7 +46,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                                            env=(task.get("env_kwargs") or {}).get("config"), **common)
         elif kind == "expert":
             result = record_pusht(out, int(c["episodes"]), obs=c["obs"], expert=policy, video=bool(c["video"]),
-                                  **common)
+                                  gym_pusht=task["name"] == "gym_pusht", **common)
         else:
             raise ValueError(f"policy={kind!r}: push-T episodes come from the scripted expert (policy=expert) or "
                              f"from an imitation policy (policy=checkpoint policy.path=<folder>)")
@@ -54,7 +57,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         result = record_quadrotor(out, task, c["robot"], int(c["episodes"]), c["seconds"],
                                   policy={"kind": kind, **policy}, sim=c["sim"], **common)
     else:
-        raise ValueError(f"task={task['name']!r}; choose pusht or one of {QUADROTOR_TASKS}")
+        raise ValueError(f"task={task['name']!r}; choose one of {PUSHT_TASKS + QUADROTOR_TASKS}")
     write_json(run_dir / "metrics.json", result)
     log.info("dataset written to %s", out)
     return result

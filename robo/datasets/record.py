@@ -60,21 +60,32 @@ def _add_pusht_episode(writer: DatasetWriter, ep: dict, obs: str = "state") -> N
 
 def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int = 0, keep_failures: bool = False,
                  overwrite: bool = False, progress: bool = True, expert: dict | None = None,
-                 env: dict | None = None, video: bool = False) -> dict:
-    """Run the scripted expert for ``episodes`` kept episodes and write them to ``out``."""
+                 env: dict | None = None, video: bool = False, gym_pusht: bool = False) -> dict:
+    """Run the scripted expert for ``episodes`` kept episodes and write them to ``out``: in robo's MuJoCo push-T
+    (``env``: ``PushTConfig`` overrides), or with ``gym_pusht`` in gym-pusht (the adapted expert, its 10 Hz
+    control, its 96 px image and its success: coverage > 0.95)."""
     from sims.pusht import PushTConfig
-    from sims.pusht.demos import iter_demos
 
-    fps = PushTConfig.from_dict(env).control_hz
-    features = pusht_features(obs, PushTConfig.from_dict(env).image_size, video)
+    if gym_pusht:
+        from sims.pusht.gym_pusht_demos import iter_demos
+
+        demos = iter_demos(episodes, seed, obs, keep_failures, expert=expert)
+        fps, image_size, succeeded = 10.0, 96, lambda coverage: coverage > 0.95
+    else:
+        from sims.pusht.demos import iter_demos
+
+        cfg = PushTConfig.from_dict(env)
+        demos = iter_demos(episodes, seed, obs, keep_failures, expert=expert, env=env)
+        fps, image_size, succeeded = cfg.control_hz, cfg.image_size, lambda coverage: coverage >= cfg.success_threshold
+    features = pusht_features(obs, image_size, video)
     t0 = time.time()
     last_attempt, frames, successes = -1, 0, 0
     with DatasetWriter(out, fps, features, robot_type="pusht_disc", overwrite=overwrite) as w:
         bar = tqdm(total=episodes, desc="record pusht", disable=not progress, leave=False)
-        for ep, attempt in iter_demos(episodes, seed, obs, keep_failures, expert=expert, env=env):
+        for ep, attempt in demos:
             _add_pusht_episode(w, ep, obs)
             frames += len(ep["action"])
-            successes += bool(ep["coverage"][-1] >= PushTConfig.from_dict(env).success_threshold)
+            successes += bool(succeeded(ep["coverage"][-1]))
             last_attempt = attempt
             bar.update(1)
         bar.close()

@@ -32,6 +32,23 @@ def test_pusht_state_dataset_replays_to_success(tmp_path):
     assert ds.info["codebase_version"] == "v3.0" and ds.tasks == {0: "Push the T-shaped block onto the green target T."}
 
 
+def test_gym_pusht_dataset_replays_to_success_in_gym_pusht(tmp_path):
+    import gymnasium as gym
+
+    from sims.pusht.gym_pusht import MAKE_ID
+
+    summary = record_pusht(tmp_path / "ds", episodes=2, seed=3, progress=False, gym_pusht=True)
+    ds = LeRobotDataset(tmp_path / "ds")
+    assert ds.num_episodes == 2 and summary["expert_success_rate"] == 1.0 and ds.fps == 10.0
+    ep = ds.episode(1)
+    env = gym.make(MAKE_ID, obs_type="state", render_mode=None)
+    obs, _ = env.reset(options={"state": ep["observation.state"][0].astype(np.float64)})
+    np.testing.assert_allclose(obs, ep["observation.state"][0], atol=1e-5)
+    for a in ep["action"]:
+        _, _, terminated, _, info = env.step(a)
+    assert terminated and info["is_success"]
+
+
 def test_pusht_image_dataset_and_determinism(tmp_path):
     record_pusht(tmp_path / "a", episodes=1, obs="image", seed=3, progress=False)
     ds = LeRobotDataset(tmp_path / "a")
