@@ -20,7 +20,7 @@ POSITIVE = re.compile(r"^(seconds|\w+_seconds|episodes|num_envs|total_steps|tota
 NON_NEGATIVE = re.compile(r"(steps|every|seconds|episodes|envs|epochs|iterations|threads|starts|radius|"
                           r"learning_rate|_lr|^lr$|batch|size|demos|members|restarts|ensemble)")
 # Keys that name a folder the command reads; values that are names, not paths, are left alone.
-READ_PATHS = {"policy.path", "base", "resume", "init_from", "dataset", "extra_dataset", "train.base",
+READ_PATHS = {"policy.path", "base", "resume", "init_from", "dataset", "extra_dataset", "convert", "train.base",
               "synthesize.base", "model.path", "distill.teacher", "twin_pretrain.identify_policy"}
 NAMES = {"raptor", "expert"}
 

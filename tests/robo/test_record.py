@@ -107,7 +107,7 @@ def test_robo_record_cli(tmp_path):
     conv = subprocess.run([sys.executable, "-m", "robo", "record", f"convert={tmp_path / 'nope'}",
                            f"hydra.run.dir={tmp_path / 'run4'}"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
-    assert conv.returncode != 0 and "no such dataset folder" in conv.stderr
+    assert conv.returncode == 2 and "no such file or folder" in conv.stderr
 
 
 def test_killed_recording_leaves_no_dataset(tmp_path):
