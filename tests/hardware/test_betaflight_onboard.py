@@ -161,3 +161,19 @@ def test_raptor_inside_the_firmware_hovers(raptor_binary, tmp_path):
     assert abs(firmware_err - alone_err) < 0.03
     assert cost["steps"] >= 0.9 * HOVER_SECONDS / preset("betaflight_quadx").dt - 250
     assert 0.0 < cost["step_us_mean"] < 100.0
+
+
+@pytest.mark.slow
+def test_an_mlp_actor_runs_inside_the_firmware(tmp_path):
+    """A robo MLP actor checkpoint (untrained, seeded: it does not hover) builds into the firmware and runs once per
+    state packet while armed: its own build (~20-60 s) and a 2 s flight."""
+    from policies.mlp import MLPConfig, MLPPolicy
+    from policies.registry import load_policy
+
+    torch.manual_seed(0)
+    MLPPolicy(MLPConfig(hidden_dims=[64, 64])).save(tmp_path / "mlp")
+    binary = onboard_binary(load_policy(tmp_path / "mlp"), tmp_path / "mlp_c")
+    _, cost, rates = fly_onboard(binary, tmp_path, 2.0)
+    print(f"\nonboard MLP 22-64-64-4: policy step in the firmware {cost['step_us_mean']:.2f} us mean, "
+          f"{cost['step_us_max']:.1f} us max over {cost['steps']} steps")
+    assert cost["steps"] >= 250 and 0.0 < cost["step_us_mean"] < 100.0
