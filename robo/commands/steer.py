@@ -20,7 +20,7 @@ from robo.steer.trainer import SteerTrainer
 
 log = logging.getLogger(__name__)
 ALGO_CONFIGS = resources.files("robo.configs") / "algo"  # the repository's configs/algo
-RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "video", "progress"}  # what resume=<run> may change
+RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "deploy", "video", "progress"}  # what resume=<run> may change
 rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 
@@ -57,8 +57,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     trainer = SteerTrainer(c, run_dir, base, task_env_factory(task), progress=bool(c.get("progress", True)))
     final = trainer.train(resume=bool(cfg.resume))
     metrics = {"mode": mode, **final}
-    if mode == "latent":  # the exported steered policy through the same path as any chunked policy
-        policy = load_policy(run_dir / "checkpoints" / "latest" / "policy")
+    if "deploy" in final:
+        metrics["deployed"] = final["deploy"]["deployed"]
+    if mode == "latent":  # the deployed policy (the gate's pick) through the same path as any chunked policy
+        folder = "best" if "deploy" in final else "latest"
+        policy = load_policy(run_dir / "checkpoints" / folder / "policy")
         e, te = c["eval"], task["eval"]
         video = run_dir / "videos" / "steered.mp4" if c.get("video", {}).get("enabled", False) else None
         m = evaluate_chunked_policy(policy, task["env_id"], int(e["episodes"]), seed=int(e["seed"]),
@@ -69,5 +72,5 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     write_json(run_dir / "metrics.json", metrics)
     plot_learning_curve([{**h, "step": h["env_steps"]} for h in trainer.history],
                         run_dir / "plots" / "learning_curve.png", title=f"robo steer ({mode}) on {task['name']}")
-    keys = ("env_steps", "success_rate", "mean_return", "policy_success_rate", "wall_time")
+    keys = ("env_steps", "success_rate", "mean_return", "deployed", "policy_success_rate", "wall_time")
     return {k: metrics[k] for k in keys if k in metrics}

@@ -3,7 +3,10 @@
 Run folder: ``config.yaml``, ``train.log``, TensorBoard events, ``checkpoints/latest``
 (``sb3.zip`` + ``replay_buffer.pkl``, or ``dsrl_na.pt`` for DSRL-NA; ``state.json`` and, for
 latent steering, ``policy/``: the steered policy as one robo checkpoint) and, for latent steering,
-``checkpoints/best/policy`` (the steered policy at its best evaluation). ``train(resume=True)``
+``checkpoints/best/policy``: the deployed policy. During training it holds the steered policy at its
+best evaluation; at the end the deploy gate (``robo/steer/gate.py``, config ``deploy``) scores that one,
+the final one and the base on fresh validation episodes and keeps a steered one only if it beats the
+base by a confidence bound, else the base itself (``state.json``: the decision). ``train(resume=True)``
 continues from ``latest``.
 """
 
@@ -29,10 +32,13 @@ from policies.mlp import MLPActor
 from policies.steered import GaussianNoiseActor, SteeredConfig, SteeredPolicy
 from robo.rl.asymmetric import export_actor
 from robo.rl.callbacks import DivergenceError, parameters_finite
+from policies.registry import load_policy
+from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint
 
 from .critics import LayerNormCriticSACPolicy
 from .dsrl_na import DSRLNA, DSRLNAConfig
+from .gate import Decision, gate
 from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv
 
 log = logging.getLogger(__name__)
@@ -40,6 +46,7 @@ NA_STATE = "dsrl_na.pt"
 MODES = ("latent", "residual", "action")
 WARMUPS = ("uniform", "base")  # warm-up decisions: uniform in the action box, or the base policy's noise
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
+DEPLOY_DEFAULTS = {"gate": True, "episodes": 200, "seed": None, "confidence": 0.95, "margin": 0.0}  # configs/steer.yaml
 
 
 def make_chunk_env(mode: str, env: gym.Env, base: ChunkedPolicy | None, a: dict) -> ChunkEnv:
@@ -258,6 +265,34 @@ class SteerTrainer:
             return SteeredPolicy(self.base, cfg, GaussianNoiseActor(actor, copy.deepcopy(self.model.actor.log_std)))
         return SteeredPolicy(self.base, cfg, actor)
 
+    # deployment ---------------------------------------------------------------------------
+    def score(self, policy, episodes: int, seed: int) -> float:
+        """Success rate of a chunked policy on ``episodes`` episodes from env seed ``seed`` (batched)."""
+        t = self.c.get("task") or {}
+        m = evaluate_chunked_policy(policy, lambda render_mode=None: self._make_task_env(), episodes, seed=seed,
+                                    num_envs=int((t.get("eval") or {}).get("num_envs", 50)),
+                                    max_steps=(t.get("eval") or {}).get("max_steps"))
+        return float(m["success_rate"])
+
+    def deploy(self) -> Decision | None:
+        """Write ``checkpoints/best``: the steered policy (the best during training or the final one) if it
+        beats the base on the gate's validation episodes by its confidence bound, else the base itself.
+        ``deploy.gate: false`` keeps the best during training, as scored (no gate); returns None then."""
+        d = {**DEPLOY_DEFAULTS, **(self.c.get("deploy") or {})}
+        if self.mode != "latent" or not d["gate"]:
+            return None
+        seed = int(self.c["eval"]["seed"]) + 1_000_000 if d["seed"] is None else int(d["seed"])
+        candidates = {"final": self.steered_policy()}
+        best = self.ckpt_dir / BEST / "policy"
+        if best.is_dir():
+            kept = load_policy(best)
+            if getattr(kept, "kind", None) == "steered":  # a resumed run's gate may have kept the base
+                candidates["best during training"] = kept
+        decision, policy = gate(self.base, candidates, self.score, int(d["episodes"]), seed,
+                                float(d["confidence"]), float(d["margin"]))
+        write_checkpoint(self.ckpt_dir / BEST, policy, {"env_steps": self.env_steps, "deploy": decision.as_dict()})
+        return decision
+
     # checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
         na = isinstance(self.model, DSRLNA)
@@ -318,4 +353,7 @@ class SteerTrainer:
         self.save_checkpoint()
         final = {**self.evaluate(int(self.c["eval"]["episodes"])), "final": True}
         self.record_eval(final)
+        decision = self.deploy()
+        if decision is not None:
+            final["deploy"] = decision.as_dict()
         return final

@@ -151,7 +151,7 @@ def test_training_evaluations_pick_the_best_on_other_seeds_than_the_final_one(tm
         monkeypatch.setattr(trainer_module, "evaluate_agent", scripted_evaluation)
         e = {"episodes": 5, "episodes_during_training": 2, "seed": 1000, **eval_config}
         c = {"algo": algo, "total_env_steps": 24, "num_envs": 1, "seed": 0, "eval_every": eval_every,
-             "checkpoint_every": 100, "eval": e}
+             "checkpoint_every": 100, "eval": e, "deploy": {"gate": False}}  # the gate has its own test
         trainer = SteerTrainer(c, tmp_path / folder, tiny_diffusion(), lambda: gym.make(TOY), progress=False)
         monkeypatch.setattr(trainer, "steered_policy", lambda: type("Stub", (), {"save": save})())
         return calls, saved, trainer.train()
@@ -205,3 +205,54 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     r = _robo("steer", "task=obstacle_reach", cwd=tmp_path)
     assert r.returncode != 0 and "base=<policy checkpoint folder>" in r.stderr
 
+
+
+def test_gate_bound_keeps_the_base_unless_the_gain_is_clear():
+    from robo.steer.gate import choose, difference_lower_bound, wilson_bounds
+
+    low, high = wilson_bounds(62, 100, 1.645)
+    assert 0.53 < low < 0.62 < high < 0.70
+    assert difference_lower_bound(190, 124, 200) > 0.2  # 95 % vs 62 %: a clear gain
+    assert difference_lower_bound(130, 124, 200) < 0  # 65 % vs 62 %: evaluation noise
+    assert choose(0.62, {"final": 0.48}, 200, 0).deployed == "base"
+    assert choose(0.62, {"final": 0.66}, 200, 0).deployed == "base"
+    d = choose(0.62, {"final": 0.95, "best during training": 0.90}, 200, 0)
+    assert d.deployed == "final" and d.lower_bound > 0.2 and "deployed the steered policy (final)" in d.message()
+    assert choose(0.62, {"final": 0.95}, 200, 0, margin=0.5).deployed == "base"
+    with pytest.raises(ValueError, match="confidence must be in"):
+        difference_lower_bound(1, 1, 2, confidence=1.0)
+
+
+@pytest.mark.parametrize("steered_success, deployed_kind", [(0.30, "diffusion"), (0.95, "steered")])
+def test_a_worse_steered_policy_is_not_deployed_and_a_clearly_better_one_is(tmp_path, caplog, steered_success,
+                                                                           deployed_kind):
+    """checkpoints/best ends as the base when the steered policy scores below it on the gate's validation
+    episodes, and as the steered policy when it is clearly above (scores scripted per policy kind)."""
+    import logging
+
+    from policies.registry import load_policy
+    from robo.commands.steer import algo_config
+    from robo.run_dir import read_state
+    from robo.steer import SteerTrainer
+
+    algo = algo_config("dsrl", ["kwargs.learning_starts=5", "kwargs.gradient_steps=1", "policy_kwargs.net_arch=[8]"])
+    c = {"algo": algo, "total_env_steps": 24, "num_envs": 1, "seed": 0, "eval_every": 12, "checkpoint_every": 100,
+         "eval": {"episodes": 2, "episodes_during_training": 2, "seed": 1000}, "deploy": {"episodes": 200}}
+    trainer = SteerTrainer(c, tmp_path, tiny_diffusion(), lambda: gym.make(TOY), progress=False)
+    scored = []
+
+    def scripted_score(policy, episodes, seed):
+        scored.append((policy.kind, episodes, seed))
+        return steered_success if policy.kind == "steered" else 0.62
+
+    trainer.score = scripted_score
+    with caplog.at_level(logging.INFO, logger="robo.steer.gate"):
+        final = trainer.train()
+    assert {s[1:] for s in scored} == {(200, 1000 + 1_000_000)}  # seeds no other evaluation uses
+    assert sorted(k for k, _, _ in scored) == ["diffusion", "steered", "steered"]  # base, final, best
+    best = tmp_path / "checkpoints" / "best"
+    assert load_policy(best / "policy").kind == deployed_kind
+    decision = read_state(best)["deploy"]
+    assert decision == final["deploy"] and decision["base_success"] == 0.62
+    assert (decision["deployed"] == "base") == (deployed_kind == "diffusion")
+    assert ("kept the base policy" in caplog.text) == (deployed_kind == "diffusion")
