@@ -64,6 +64,8 @@ def run_method(name: str, base, cfg, args, out: Path) -> dict:
     if latent:
         e["episodes"] = e["episodes_during_training"]
     t0 = time.time()
+    (out / name).mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out / name / "config.yaml")  # the run's own settings (benchmarks/steer_diagnose.py reads them)
     trainer = SteerTrainer(c, out / name, base if c["algo"]["mode"] != "action" else None, task_env_factory(task),
                            progress=False)
     final = trainer.train(resume=args.resume)
