@@ -11,7 +11,8 @@ N(0, I) noise through the chunked evaluation path, with zero noise, and with N(0
 DSRL's noise box (the warm-up's noise). Each method then trains with SAC (configs/algo/<method>.yaml) for
 ``total_env_steps`` env steps, evaluating every ``eval_every`` env steps on ``eval.episodes_during_training``
 episodes; the final evaluation uses ``eval.episodes`` episodes with the same env seeds as the base
-(for DSRL through the exported steered policy, i.e. the ordinary evaluation path). Prints one
+(for DSRL through the exported steered policy, i.e. the ordinary evaluation path, and the deployed one:
+``checkpoints/best``, the deploy gate's pick, steered or the base). Prints one
 table: final success, and the env steps of the first training evaluation at or above
 ``--target`` success. ``--n-action-steps`` sets the base's execution horizon (actions per chunk,
 so per steering decision) for everything, the base's own evaluation included. ``--resume``
@@ -55,7 +56,7 @@ class DrawnNoise:
         return self.base.act(obs, noise=self.draw((len(obs), *self.base.noise_shape)))
 
 
-def run_method(name: str, base, cfg, args, out: Path) -> dict:
+def run_method(name: str, base, cfg, args, out: Path) -> list[dict]:
     c = OmegaConf.to_container(cfg, resolve=True)
     task, e = c["task"], c["eval"]
     latent = c["algo"]["mode"] == "latent"
@@ -78,7 +79,13 @@ def run_method(name: str, base, cfg, args, out: Path) -> dict:
                                     seed=int(cfg.eval.seed), env_kwargs=task.get("env_kwargs") or {},
                                     max_steps=task["eval"].get("max_steps"))
         row.update(success=m["success_rate"], episodes=int(cfg.eval.episodes), method=f"{name} (steered policy)")
-    return row
+        if "deploy" in final:  # checkpoints/best: the deploy gate's pick, the steered policy or the base
+            deployed = load_policy(out / name / "checkpoints" / "best" / "policy")
+            m = evaluate_chunked_policy(deployed, task["env_id"], int(cfg.eval.episodes), seed=int(cfg.eval.seed),
+                                        env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
+            return [row, {**row, "method": f"{name} (deployed: {final['deploy']['deployed']})",
+                          "success": m["success_rate"]}]
+    return [row]
 
 
 def main() -> None:
@@ -117,7 +124,7 @@ def main() -> None:
         rows.append({"method": f"base {base.kind} ({label})", "env_steps": 0, "success": m["success_rate"],
                      "episodes": episodes, "steps_to_target": "-", "wall_min": 0.0})
     for name, c in configs.items():
-        rows.append(run_method(name, base, c, args, args.out))
+        rows.extend(run_method(name, base, c, args, args.out))
     print_table(rows, ["method", "env_steps", "success", "episodes", "steps_to_target", "wall_min"])
 
 

@@ -101,7 +101,8 @@ def main() -> None:
         m = actor_episodes(model, make_env, n, seed, det, gamma, bound)
         rows.append({"what": f"actor, {'mean' if det else 'sampled'} noise", **m})
     rows.append({"what": "replay buffer", **buffer_episodes(model.replay_buffer)})
-    keys = ["what", "success", "q0", "q0_base_noise", "return", "rms", "edge", "episodes", "return_success", "return_failure"]
+    keys = ["what", "success", "q0", "q0_base_noise", "return", "rms", "edge", "episodes", "return_success",
+            "return_failure"]
     print_table(rows, keys)
 
 

@@ -1,6 +1,8 @@
 """``robo steer base=<policy checkpoint> task=<imitation task>``: improve a frozen chunked policy
 with SAC over its latent noise (DSRL; ``algo=residual_sac`` or ``algo=sac_actions`` for the
-baselines); resumable with ``resume=<run folder>``."""
+baselines); resumable with ``resume=<run folder>``. A latent run deploys (``checkpoints/best``) the steered
+policy only if the deploy gate finds it better than the base on fresh validation episodes, else the base;
+the summary's ``deployed`` says which."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from robo.steer.trainer import SteerTrainer
 
 log = logging.getLogger(__name__)
 ALGO_CONFIGS = resources.files("robo.configs") / "algo"  # the repository's configs/algo
-RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "deploy", "video", "progress"}  # what resume=<run> may change
+# what resume=<run> may change
+RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "deploy", "video", "progress"}
 rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 
