@@ -61,17 +61,25 @@ def iter_demos(n: int, seed: int = 0, obs_type: str = "state", keep_failures: bo
     e = gym.make(ENV_ID, obs_type="state" if obs_type == "state" else "pixels_agent_pos", render_mode=None,
                  config=env)
     ex = PushTExpert(ExpertConfig(**(expert or {})), e.unwrapped.cfg)
+    yield from kept_rollouts(e, ex, n, seed, keep_failures, max_attempts)
+
+
+def kept_rollouts(env: gym.Env, expert, n: int, seed: int, keep_failures: bool, max_attempts: int | None,
+                  who: str = "the expert") -> Iterator[tuple[Episode, int]]:
+    """``n`` (episode, attempt index) pairs of ``expert`` in ``env``: attempt i resets with seed ``seed + i`` and
+    seeds the expert's strategy from ``(seed, i)``; failures skipped unless ``keep_failures``. RuntimeError after
+    ``max_attempts`` (default 2n + 10)."""
     limit = max_attempts or 2 * n + 10
     kept = 0
     for attempt in range(limit):
-        ex.rng = np.random.default_rng([seed, attempt])
-        ep, success = rollout_expert(e, ex, seed + attempt)
+        expert.rng = np.random.default_rng([seed, attempt])
+        ep, success = rollout_expert(env, expert, seed + attempt)
         if success or keep_failures:
             kept += 1
             yield ep, attempt
             if kept == n:
                 return
-    raise RuntimeError(f"the expert succeeded in only {kept} of {limit} attempts, fewer than the {n} demos "
+    raise RuntimeError(f"{who} succeeded in only {kept} of {limit} attempts, fewer than the {n} demos "
                        "asked for; pass keep_failures=True or raise max_attempts")
 
 

@@ -42,6 +42,7 @@ import gymnasium as gym
 import numpy as np
 
 from .geometry import wrap_angle
+from .pusht_env import checked_action
 
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # gym-pusht imports pygame; it draws on a Surface only
 
@@ -151,11 +152,7 @@ class GymPushTEnv(gym.Env):
         return self._obs(obs), self._info(self.inner._get_coverage(), False)
 
     def step(self, action):
-        a = np.asarray(action, dtype=float)
-        if a.shape != (2,):
-            raise ValueError(f"action has shape {a.shape}, expected (2,) (pusher target x, y in m)")
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"action {a} is not finite")
+        a = checked_action(action)
         target = np.clip(to_gym_points(np.clip(a, self.action_space.low, self.action_space.high)), 0.0, WINDOW_PX)
         obs, reward, terminated, truncated, info = self.inner.step(target)
         return (self._obs(obs), float(reward), bool(terminated), bool(truncated),

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import gymnasium as gym
-import numpy as np
 
-from .demos import Episode, rollout_expert
+from .demos import Episode, kept_rollouts
 from .gym_pusht import MAKE_ID
 from .gym_pusht_expert import GYM_PUSHT_EXPERT, GymPushTExpert
 
@@ -32,21 +31,10 @@ def iter_demos(n: int, seed: int = 0, obs_type: str = "state", keep_failures: bo
         raise ValueError(f"obs_type={obs_type!r}; choose 'state' or 'image'")
     env = gym.make(MAKE_ID, obs_type="state" if obs_type == "state" else "pixels_agent_pos", render_mode=None)
     ex = GymPushTExpert(replace(GYM_PUSHT_EXPERT, **(expert or {})))
-    limit = max_attempts or 2 * n + 10
-    kept = 0
     try:
-        for attempt in range(limit):
-            ex.rng = np.random.default_rng([seed, attempt])
-            ep, success = rollout_expert(env, ex, seed + attempt)
-            if success or keep_failures:
-                kept += 1
-                yield ep, attempt
-                if kept == n:
-                    return
+        yield from kept_rollouts(env, ex, n, seed, keep_failures, max_attempts, who="the gym-pusht expert")
     finally:
         env.close()
-    raise RuntimeError(f"the gym-pusht expert succeeded in only {kept} of {limit} attempts, fewer than the {n} "
-                       "demos asked for; pass keep_failures=True or raise max_attempts")
 
 
 def generate_demos(n: int, seed: int = 0, obs_type: str = "state", keep_failures: bool = False,

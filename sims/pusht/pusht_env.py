@@ -34,6 +34,17 @@ OBS_TYPES = ("state", "pixels_agent_pos", "pixels")
 STATE_DIM = 5
 
 
+
+def checked_action(action) -> np.ndarray:
+    """A push-T action as a (2,) float array (pusher target x, y in m); ValueError for a wrong shape or NaN."""
+    a = np.asarray(action, dtype=float)
+    if a.shape != (2,):
+        raise ValueError(f"action has shape {a.shape}, expected (2,) (pusher target x, y in m)")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"action {a} is not finite")
+    return a
+
+
 class PushTEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
@@ -108,11 +119,7 @@ class PushTEnv(gym.Env):
         return self._obs(), self._info(self.coverage())
 
     def step(self, action):
-        a = np.asarray(action, dtype=float)
-        if a.shape != (2,):
-            raise ValueError(f"action has shape {a.shape}, expected (2,) (pusher target x, y in m)")
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"action {a} is not finite")
+        a = checked_action(action)
         h = self.cfg.half_size
         self.data.ctrl[:] = np.clip(a, -h, h)
         mujoco.mj_step(self.model, self.data, nstep=self.cfg.substeps)
