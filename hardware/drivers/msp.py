@@ -45,7 +45,8 @@ MSP_SET_ARMING_DISABLED, MSP_PID, MSP_SET_PID = 99, 112, 202
 # procedure
 FAILSAFE_CONFIG = struct.Struct("<BBHBHB")
 # MSP_RC_TUNING: roll rc rate, roll expo, rates r/p/y, (tpa), thr mid, thr expo, (tpa breakpoint), yaw expo,
-# yaw rc rate, pitch rc rate, pitch expo, throttle limit type, throttle limit %, rate limits r/p/y, rates type, thr hover
+# yaw rc rate, pitch rc rate, pitch expo, throttle limit type, throttle limit %, rate limits r/p/y, rates type,
+# thr hover
 RC_TUNING = struct.Struct("<BBBBBBBBHBBBBBBHHHBB")
 MAX_PAYLOAD = 1024  # robo's messages are < 64 bytes; longer frames are treated as corrupt
 DIRECTIONS = {ord("<"): "request", ord(">"): "reply", ord("!"): "error"}

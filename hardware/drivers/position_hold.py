@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import AttitudeThrustCommand, RobotState
+from .frames import euler_to_quat, quat_to_euler
 
 GRAVITY = 9.81
 
@@ -58,27 +59,14 @@ class PositionHold:
         norm = float(np.linalg.norm(a[:2]))
         if norm > a_max:
             a[:2] *= a_max / norm
-        yaw = _yaw(state.quaternion)
+        yaw = float(quat_to_euler(state.quaternion)[2])
         c, s = math.cos(yaw), math.sin(yaw)
         ax, ay = c * a[0] + s * a[1], -s * a[0] + c * a[1]  # into the heading frame
         pitch, roll = math.atan2(ax, GRAVITY), -math.atan2(ay, GRAVITY)
         thrust = self.hover_thrust * max(1.0 + a[2] / GRAVITY, 0.0) / (math.cos(roll) * math.cos(pitch))
         yaw_error = math.atan2(math.sin(heading - yaw), math.cos(heading - yaw))
-        return AttitudeThrustCommand(_quat_zyx(roll, pitch, yaw), float(np.clip(thrust, 0.0, 1.0)),
+        return AttitudeThrustCommand(euler_to_quat(roll, pitch, yaw), float(np.clip(thrust, 0.0, 1.0)),
                                      body_rates=np.array([0.0, 0.0, self.yaw_gain * yaw_error]))
-
-
-def _yaw(q) -> float:
-    w, x, y, z = np.asarray(q, dtype=np.float64)
-    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-
-
-def _quat_zyx(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
-    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
-    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
-    return np.array([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
-                     cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy])
 
 
 def hover_then_eight(height: float = 1.0, climb_rate: float = 0.5, hover_s: float = 10.0, eight_s: float = 0.0,

