@@ -30,7 +30,7 @@ def truncated_checkpoint(tmp_path):
     (["eval", "seconds=abc"], "eval: seconds='abc': must be a number"),
     (["record", "episodes=0"], "record: episodes=0: must be > 0"),
     (["eval", "robot=foo"], "eval: unknown robot 'foo'; choose one of crazyflie, racer5, x500"),
-    (["train", "task=nope"], "train: unknown task 'nope'; choose one of figure_eight, hover"),
+    (["train", "task=nope"], "train: unknown task 'nope'; choose one of figure_eight, gym_pusht"),
     (["eval", "policy=checkpoint"], "eval: policy.path is required"),
     (["train", "resume=/nonexistent"], "train: resume=/nonexistent: no such file or folder"),
     (["nope"], "robo: unknown command 'nope'"),
