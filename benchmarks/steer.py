@@ -82,7 +82,8 @@ def run_method(name: str, base, cfg, args, out: Path) -> list[dict]:
         if "deploy" in final:  # checkpoints/best: the deploy gate's pick, the steered policy or the base
             deployed = load_policy(out / name / "checkpoints" / "best" / "policy")
             m = evaluate_chunked_policy(deployed, task["env_id"], int(cfg.eval.episodes), seed=int(cfg.eval.seed),
-                                        env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
+                                        env_kwargs=task.get("env_kwargs") or {},
+                                        max_steps=task["eval"].get("max_steps"))
             return [row, {**row, "method": f"{name} (deployed: {final['deploy']['deployed']})",
                           "success": m["success_rate"]}]
     return [row]
