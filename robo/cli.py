@@ -21,6 +21,8 @@ import traceback
 from importlib.resources import files
 from pathlib import Path
 
+from robo.run_dir import compose
+
 # command -> (module, what it does)
 COMMANDS = {
     "eval": ("robo.commands.eval", "fly a policy in the batched quadrotor sim (or an imitation task) and score it"),
@@ -120,14 +122,6 @@ def main(argv: list[str] | None = None) -> None:
 def command_module(command: str):
     """The module in ``robo/commands/`` that runs ``command`` (its ``run(cfg, run_dir) -> dict``)."""
     return importlib.import_module(COMMANDS[command][0])
-
-
-def compose(command: str, overrides: list[str]):
-    """The command's config as ``hydra.main`` will compose it (without the ``hydra`` node)."""
-    from hydra import compose as hydra_compose, initialize_config_module
-
-    with initialize_config_module(config_module="robo.configs", version_base="1.3"):
-        return hydra_compose(config_name=command, overrides=overrides)
 
 
 def composition_error(text: str) -> str:

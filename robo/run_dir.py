@@ -274,18 +274,25 @@ def _hydra_file(run_dir: Path, name: str):
     return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
 
 
+def compose(command: str, overrides: list[str]):
+    """``configs/<command>.yaml`` composed with Hydra ``overrides`` as ``hydra.main`` composes it (a DictConfig,
+    without the ``hydra`` node); inside a running ``robo`` command, from its already initialized search path."""
+    from hydra import compose as hydra_compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return hydra_compose(command, overrides=list(overrides))
+    with initialize_config_module("robo.configs", version_base="1.3"):
+        return hydra_compose(command, overrides=list(overrides))
+
+
 def _compose_defaults(command: str, run_dir: Path, overrides: list[str]) -> dict:
     """This robo's config for the run's own command line (its defaults where the run's config lacks a key)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     overrides = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
     try:
-        if GlobalHydra.instance().is_initialized():
-            return OmegaConf.to_container(compose(command, overrides=overrides), resolve=True)
-        with initialize_config_module("robo.configs", version_base="1.3"):
-            return OmegaConf.to_container(compose(command, overrides=overrides), resolve=True)
+        return OmegaConf.to_container(compose(command, overrides), resolve=True)
     except Exception as e:  # an override this robo no longer has: the run used an option that is gone
         raise ValueError(f"cannot resume {run_dir}: the command line it was started with ({' '.join(overrides)}) "
                          f"does not compose with this robo: {e}") from e

@@ -216,17 +216,11 @@ class FoundationRunConfig:
 
 
 def composed(name: str, overrides: list[str]) -> dict:
-    """``configs/<name>.yaml`` composed with Hydra ``overrides``, resolved to a plain dict (without the
-    ``hydra`` node); inside a running ``robo`` command, from its already initialized config search path."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
+    """``configs/<name>.yaml`` composed with Hydra ``overrides`` (``robo.run_dir.compose``), resolved to a plain
+    dict."""
+    from robo.run_dir import compose
 
-    if GlobalHydra.instance().is_initialized():
-        cfg = compose(name, overrides=list(overrides))
-    else:
-        with initialize_config_module("robo.configs", version_base="1.3"):
-            cfg = compose(name, overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_container(compose(name, overrides), resolve=True)
 
 
 def merged_task(task: str | dict, overrides: dict) -> dict:
