@@ -25,12 +25,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from hydra.errors import HydraException
+from omegaconf import OmegaConf
 
 from robo.foundation import FoundationRunConfig, Manifest, evaluate_all, load_teachers, run_teachers, teacher_specs
 from robo.foundation.pipeline import distil
 from robo.foundation.teachers import teacher_summary
 from robo.foundation.trim import trim_record
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 
 COLUMNS = ("hover_success_rate", "hover_median_error_m", "hover_mean_error_m", "hover_crash_rate",
            "figure_eight_rmse_m", "figure_eight_crash_rate", "push_recovery_rate")
@@ -39,10 +40,8 @@ BENCH_DEFAULTS = ["teachers=4", "teacher.total_steps=60000", "teacher.eval_envs=
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                    help="Hydra overrides of configs/foundation.yaml, e.g. seed=1 dagger.seed=3 teacher.trim=false "
-                         "\"teacher.overrides=['task.init.velocity=1.5']\" dagger.validation_quadrotors=16")
+    ap = parser(__doc__, "foundation", "seed=1 dagger.seed=3 teacher.trim=false "
+                "\"teacher.overrides=['task.init.velocity=1.5']\" dagger.validation_quadrotors=16")
     ap.add_argument("--run-dir", type=Path, default=Path("runs/foundation_bench"))
     ap.add_argument("--counts", type=int, nargs="+", default=[2, 4], help="teachers per GRU student")
     ap.add_argument("--gru-hidden", type=int, nargs="+", default=None,
@@ -52,11 +51,12 @@ def main() -> None:
     ap.add_argument("--pool", type=Path, nargs="*", default=[], metavar="RUN_DIR",
                     help="also distil from these runs' done teachers (e.g. a run with another seed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
-    args = ap.parse_args()
+    args = parse(ap)
+    node = command_config(ap, "foundation", BENCH_DEFAULTS + args.overrides)
     try:
-        cfg = FoundationRunConfig.from_overrides(BENCH_DEFAULTS + args.overrides)
-    except (HydraException, ValueError) as e:  # an unknown or removed key, a value that cannot work
-        ap.error(" ".join(str(e).split()))
+        cfg = FoundationRunConfig.from_dict(OmegaConf.to_container(node, resolve=True))
+    except ValueError as e:  # a value the pipeline's config refuses
+        fail(ap, " ".join(str(e).split()))
     logging.basicConfig(level=logging.INFO)
     torch.set_num_threads(1)
     trim, steps, quadrotors = cfg.teacher.trim, cfg.teacher.total_steps, cfg.eval.quadrotors
