@@ -25,12 +25,12 @@ from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings
                                               patched_sitl)
 from policies.foundation import load_raptor
 from sims.quadrotor import preset
+from tests.hardware.polling import start_firmware
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
 
 firmware_mod = pytest.importorskip("sims.vehicles.betaflight_firmware")
-BetaflightFirmware, FirmwareUnavailable = firmware_mod.BetaflightFirmware, firmware_mod.FirmwareUnavailable
 TARGET = (0.0, 0.0, 1.0)
 SETTINGS = OnboardSettings(target=TARGET, origin=firmware_mod.ORIGIN, earth_radius=firmware_mod.EARTH_RADIUS)
 HOVER_SECONDS, SETTLE_SECONDS = 6.0, 1.0
@@ -51,25 +51,10 @@ def raptor_binary(tmp_path_factory):
     return onboard_binary(load_raptor(), tmp_path_factory.mktemp("raptor_c"))
 
 
-def start_when_free(fw: BetaflightFirmware, timeout: float = 300.0) -> BetaflightFirmware:
-    """Start ``fw``; while another firmware (another test file, a benchmark) holds the fixed ports, wait for it to
-    finish; skip, saying so, if it still holds them after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fw.start()
-        except FirmwareUnavailable as e:
-            if "busy" not in str(e):
-                raise
-            if time.monotonic() > deadline:
-                pytest.skip(f"Betaflight SITL ports still busy after {timeout:.0f} s: {e}")
-            time.sleep(2.0)
-
-
 def fly_onboard(binary, run_dir, seconds: float) -> tuple[np.ndarray, dict, dict]:
     """Fresh firmware on the ground at the origin: provision, arm, let the onboard policy fly ``seconds`` of sim
     time -> (trajectory (T, 4): sim s since arming, position world FLU m; onboard log numbers; loop rates)."""
-    fw = start_when_free(BetaflightFirmware(run_dir=run_dir, binary=binary, lockstep=True))
+    fw = start_firmware(300.0, run_dir=run_dir, binary=binary, lockstep=True)
     try:
         robot = BetaflightRobot(fw.msp_address, acc_1g=256, position_source=fw.mocap)
         robot.connect(timeout=5.0)

@@ -22,32 +22,16 @@ from hardware.drivers.betaflight_setup import (ARMING_DISABLE_NAMES, SetupConfig
 from hardware.drivers.position_hold import PositionHold, fly, hover_then_eight
 from hardware.safety import SafetyConfig, SafetyLayer
 from sims.quadrotor import preset
-from tests.hardware.polling import wait_for
+from tests.hardware.polling import start_firmware, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
 
 firmware_mod = pytest.importorskip("sims.vehicles.betaflight_firmware")
-BetaflightFirmware = firmware_mod.BetaflightFirmware
 SETUP = SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5)  # see SetupConfig
 SITL_ACC_1G = 256  # the virtual accelerometer's counts per g
 
 
-PORT_WAIT_S = 90.0  # another SITL (a second test run, a benchmark) holds the fixed ports: wait this long, then skip
-
-
-def start_firmware(**kwargs):
-    """A started ``BetaflightFirmware``; waits while another instance holds the ports, then skips saying so."""
-    deadline = time.monotonic() + PORT_WAIT_S
-    while True:
-        try:
-            return BetaflightFirmware(**kwargs).start()
-        except firmware_mod.FirmwareUnavailable as e:
-            if "busy" not in str(e):
-                raise
-            if time.monotonic() > deadline:
-                pytest.skip(f"Betaflight SITL ports still busy after {PORT_WAIT_S:.0f} s: {e}")
-            time.sleep(2.0)
 
 
 def connect(fw) -> BetaflightRobot:
