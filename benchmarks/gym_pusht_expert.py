@@ -1,12 +1,14 @@
 """Scripted push-T experts in gym-pusht and in robo's MuJoCo push-T, each zero-shot in the other's sim: one table.
 
 robo's expert (``sims.pusht.expert``) and its gym-pusht adaptation (``sims.pusht.gym_pusht_expert``) each play
-``--episodes`` episodes in both envs; episode i is reset with seed ``--seed + i`` and the expert's strategy is
-drawn from ``(--seed, i)`` (``iter_demos``' convention). Success is each env's own test (gym-pusht: coverage >
-95 %, robo: >= 95 %), within 300 steps. Needs gym-pusht (pip install 'robo[bench]'). (Not named gym_pusht.py:
+``--episodes`` episodes in the three envs (robo's push-T, robo's push-T matched to gym-pusht, ``task=pusht_matched``
+with ``sims.pusht.matched.GYM_PUSHT_MATCHED``, and gym-pusht); episode i is reset with seed ``--seed + i`` (in
+the matched variant and gym-pusht: gym-pusht's start i) and the expert's strategy is drawn from ``(--seed, i)``
+(``iter_demos``' convention). Success is each env's own test (gym-pusht: coverage > 95 %, robo: >= 95 %),
+within 300 steps. Needs gym-pusht (pip install 'robo[bench]'). (Not named gym_pusht.py:
 this folder is on sys.path when the script runs, and that name would hide the gym_pusht package.)
 
-    python benchmarks/gym_pusht_expert.py                    # 200 episodes per row, ~3 min on one core
+    python benchmarks/gym_pusht_expert.py                    # 200 episodes per row, ~5 min on one core
     python benchmarks/gym_pusht_expert.py --episodes 50 --json gym_pusht_expert.json
 """
 
@@ -24,15 +26,18 @@ from sims.pusht import ENV_ID, PushTExpert
 from sims.pusht.demos import rollout_expert
 from sims.pusht.gym_pusht import MAKE_ID
 from sims.pusht.gym_pusht_expert import GymPushTExpert
+from sims.pusht.matched import GYM_PUSHT_MATCHED
 from table import print_table
 
-ENVS = {"robo push-T (MuJoCo)": ENV_ID, "gym-pusht": MAKE_ID}
+ENVS = {"robo push-T (MuJoCo)": (ENV_ID, {}), "robo push-T matched (MuJoCo)": (ENV_ID, {"config": GYM_PUSHT_MATCHED}),
+        "gym-pusht": (MAKE_ID, {})}  # name -> (gym id, make kwargs)
 EXPERTS = {"robo": PushTExpert, "gym-pusht adapted": GymPushTExpert}
 
 
 def play(expert_name: str, env_name: str, episodes: int, seed: int) -> dict:
     """One row: ``EXPERTS[expert_name]`` for ``episodes`` episodes in ``ENVS[env_name]`` (state observations)."""
-    env = gym.make(ENVS[env_name], obs_type="state", render_mode=None)
+    env_id, kwargs = ENVS[env_name]
+    env = gym.make(env_id, obs_type="state", render_mode=None, **kwargs)
     expert = EXPERTS[expert_name]()
     t0 = time.perf_counter()
     success, steps = [], []

@@ -1,15 +1,17 @@
 """Push-T as a gymnasium env, simulated in MuJoCo (after Diffusion Policy's Push-T / gym-pusht).
 
 Action: (2,) float32, the pusher's target position (x, y) in m, inside the workspace
-``[-half_size, half_size]^2`` (0.256 m by default; out-of-range targets are clipped). A PD
-servo drives the pusher toward it for one control period (0.1 s at 10 Hz).
+``[-half_size, half_size]^2`` (0.256 m by default; ``PushTConfig.window`` when set; out-of-range
+targets are clipped). A PD servo drives the pusher toward it for one control period (0.1 s at 10 Hz).
+The variant matched to gym-pusht (``sims.pusht.matched``, ``task=pusht_matched``) is this env with
+other ``PushTConfig`` values: its walls, window, image, starts, block inertia and contacts.
 
 Observations (``obs_type``):
 
 - ``"state"``: (5,) float32 ``[agent x, agent y, block x, block y, block yaw]`` (m, m, m, m, rad);
   the block position is its area centroid, yaw in [-pi, pi).
 - ``"pixels_agent_pos"``: Dict ``{"agent_pos": (2,) float32 m, "pixels": (96, 96, 3) uint8}``
-  (a top view, +y up).
+  (a top view, +y up; ``image_flip_x``: +x to the left, as gym-pusht's image).
 - ``"pixels"``: the (96, 96, 3) uint8 top view alone.
 
 Reward: ``clip(coverage / success_threshold, 0, 1)``; the episode terminates when the block
@@ -28,7 +30,7 @@ import numpy as np
 from .config import PushTConfig
 from .geometry import coverage, t_rectangles, to_body, transform, wrap_angle
 from .model import build_model
-from .render import render_top_view
+from .render import View, render_gym_pusht_view, render_top_view
 
 OBS_TYPES = ("state", "pixels_agent_pos", "pixels")
 STATE_DIM = 5
@@ -61,13 +63,13 @@ class PushTEnv(gym.Env):
         self.data = mujoco.MjData(self.model)
         self.goal_pose = np.array([self.cfg.goal_x, self.cfg.goal_y, self.cfg.goal_yaw])
         self._rects = t_rectangles()
-        h = self.cfg.half_size
-        self.action_space = gym.spaces.Box(-h, h, (2,), np.float32)
-        state_space = gym.spaces.Box(np.array([-h, -h, -h, -h, -np.pi], np.float32),
-                                     np.array([h, h, h, h, np.pi], np.float32), dtype=np.float32)
+        low, high = (np.array(b, np.float32) for b in self.cfg.window_box)
+        self.action_space = gym.spaces.Box(low, high, (2,), np.float32)
+        state_space = gym.spaces.Box(np.array([*low, *low, -np.pi], np.float32),
+                                     np.array([*high, *high, np.pi], np.float32), dtype=np.float32)
         s = self.cfg.image_size
         pixels = gym.spaces.Box(0, 255, (s, s, 3), np.uint8)
-        agent_pos = gym.spaces.Box(-h, h, (2,), np.float32)
+        agent_pos = gym.spaces.Box(low, high, (2,), np.float32)
         self.observation_space = {"state": state_space, "pixels": pixels,
                                   "pixels_agent_pos": gym.spaces.Dict({"agent_pos": agent_pos, "pixels": pixels}),
                                   }[obs_type]
@@ -98,8 +100,12 @@ class PushTEnv(gym.Env):
         return coverage(self.block_pose, self.goal_pose, self._rects)
 
     def sample_initial_state(self, rng: np.random.Generator) -> np.ndarray:
-        """A random start: block anywhere in its range and yaw, pusher not touching it, coverage < 50%."""
+        """A random start: block anywhere in its range and yaw, pusher not touching it, coverage < 50%
+        (``start="gym_pusht"``: gym-pusht's reset draw from ``rng``, in robo's frame)."""
         c = self.cfg
+        if c.start == "gym_pusht":
+            from .matched import gym_pusht_start  # it maps gym-pusht's frame, whose module imports this one
+            return gym_pusht_start(rng)
         while True:
             block = np.array([*rng.uniform(-c.init_block_range, c.init_block_range, 2), rng.uniform(-np.pi, np.pi)])
             agent = rng.uniform(-c.init_agent_range, c.init_agent_range, 2)
@@ -120,13 +126,26 @@ class PushTEnv(gym.Env):
 
     def step(self, action):
         a = checked_action(action)
-        h = self.cfg.half_size
-        self.data.ctrl[:] = np.clip(a, -h, h)
-        mujoco.mj_step(self.model, self.data, nstep=self.cfg.substeps)
+        self.data.ctrl[:] = np.clip(a, self.action_space.low, self.action_space.high)
+        if self.cfg.block_velocity_reset > 0:
+            self._step_with_velocity_reset()
+        else:
+            mujoco.mj_step(self.model, self.data, nstep=self.cfg.substeps)
         cov = self.coverage()
         reward = float(np.clip(cov / self.cfg.success_threshold, 0.0, 1.0))
         terminated = cov >= self.cfg.success_threshold
         return self._obs(), reward, bool(terminated), False, self._info(cov)
+
+    def _step_with_velocity_reset(self) -> None:
+        """One control period in which the block's velocity is zeroed every ``block_velocity_reset`` s, as
+        gym-pusht's pymunk space (damping 0) does every 10 ms step: the block moves only while it is pushed."""
+        every = max(1, int(round(self.cfg.block_velocity_reset / self.cfg.timestep)))
+        left = self.cfg.substeps
+        while left > 0:
+            n = min(every, left)
+            self.data.qvel[2:] = 0.0
+            mujoco.mj_step(self.model, self.data, nstep=n)
+            left -= n
 
     def render(self) -> np.ndarray | None:
         if self.render_mode is None:
@@ -135,9 +154,10 @@ class PushTEnv(gym.Env):
 
     def render_image(self, size: int | None = None) -> np.ndarray:
         """(size, size, 3) uint8 top view (default: the observation's 96 x 96)."""
-        s = self.state
-        return render_top_view(s[:2], s[2:], self.goal_pose, self.cfg.half_size, self.cfg.agent_radius,
-                               size or self.cfg.image_size)
+        s, c = self.state, self.cfg
+        view = View(*c.window_box, c.image_flip_x)
+        draw = render_gym_pusht_view if c.image_style == "gym_pusht" else render_top_view
+        return draw(s[:2], s[2:], self.goal_pose, view, c.agent_radius, size or c.image_size, walls=c.wall_box)
 
     def _obs(self):
         s = np.clip(self.state, self._state_space.low, self._state_space.high).astype(np.float32)
