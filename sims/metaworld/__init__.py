@@ -1,0 +1,8 @@
+"""Meta-World (Yu et al. 2019; the ``metaworld`` package, v3 envs on MuJoCo + gymnasium): its 50 Sawyer tasks as
+robo tasks, and demonstrations from its scripted experts. Importing this package imports no ``metaworld``;
+the env and the demos do, when made (``pip install 'robo[metaworld]'``)."""
+
+from .env import ENV_ID, MAKE_ID, MetaWorldEnv, env_names
+from .tasks import DIFFICULTY, GROUPS, select_tasks
+
+__all__ = ["DIFFICULTY", "ENV_ID", "GROUPS", "MAKE_ID", "MetaWorldEnv", "env_names", "select_tasks"]
