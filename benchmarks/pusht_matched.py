@@ -8,7 +8,9 @@ Per variant of robo's push-T (robo's default ``PushTConfig()``, and ``sims.pusht
 - ``block_mm@N`` / ``yaw_deg@N``: the block pose difference (position mm, yaw deg) after N control steps of the
   same pusher path open loop: the adapted expert's actions (``sims.pusht.gym_pusht_expert``) in gym-pusht
   episode i (seed i, i < --episodes), replayed from the same start; means over the episodes still running at N;
-- ``agent_mm@10``: the pusher's position difference after 10 steps (the servo).
+- ``agent_mm@10``: the pusher's position difference after 10 steps (the servo);
+- ``pen_mm_p50`` / ``pen_mm_p95``: the median and 95th percentile of MuJoCo's deepest contact penetration at the
+  end of the control steps of these paths that end in contact (gym-pusht's hard contacts keep it near 0).
 
 Needs gym-pusht (pip install 'robo[bench]'). Not named gym_pusht*.py: this folder is on sys.path when the script
 runs, and that name would hide the gym_pusht package.
@@ -80,11 +82,13 @@ def row(name: str, paths: list, episodes: int, images: int, seed: int) -> dict:
              for i in range(episodes)]
     ref.close()
     err: dict[int, list] = {n: [] for n in STEPS}
-    agent = []
+    agent, pen = [], []
     for start, actions, after in paths:
         env.reset(options={"state": start})
         for t, a in enumerate(actions):
             env.step(a)
+            if env.data.ncon:
+                pen.append(-min(c.dist for c in env.data.contact[:env.data.ncon]) * 1e3)
             d = env.state - after[t]
             if t + 1 in err:
                 err[t + 1].append((np.hypot(*d[2:4]) * 1e3, abs(float(wrap_angle(d[4]))) * 180 / np.pi))
@@ -94,7 +98,8 @@ def row(name: str, paths: list, episodes: int, images: int, seed: int) -> dict:
     for n in STEPS:
         mm, deg = np.mean(err[n], axis=0) if err[n] else (float("nan"), float("nan"))
         out |= {f"block_mm@{n}": float(mm), f"yaw_deg@{n}": float(deg)}
-    out |= {"agent_mm@10": float(np.mean(agent)), "paths@60": len(err[STEPS[-1]]),
+    out |= {"agent_mm@10": float(np.mean(agent)), "pen_mm_p50": float(np.percentile(pen, 50)),
+            "pen_mm_p95": float(np.percentile(pen, 95)), "paths@60": len(err[STEPS[-1]]),
             "seconds": time.perf_counter() - t0}
     return out
 
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     paths = gym_paths(args.episodes, max(STEPS))
     rows = [row(name, paths, args.episodes, args.states, args.seed) for name in VARIANTS]
     cols = ["variant", "starts_equal", "image_mad"] + [f"{k}@{n}" for n in STEPS for k in ("block_mm", "yaw_deg")]
-    print_table(rows, cols + ["agent_mm@10", "paths@60", "seconds"])
+    print_table(rows, cols + ["agent_mm@10", "pen_mm_p50", "pen_mm_p95", "paths@60", "seconds"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
