@@ -35,6 +35,18 @@ def test_task_configs_repeat_the_matched_values(name):
         assert config[key] == pytest.approx(value, abs=1e-9) if not isinstance(value, str) else config[key] == value
 
 
+def test_matched_tasks_compose_with_push_t_presets_and_their_own_demos():
+    from tests.hydra_configs import composed
+
+    cfg = OmegaConf.to_container(composed("train", "policy=energy", "task=pusht_matched_image"), resolve=True)
+    task, policy = cfg["task"], cfg["policy"]
+    assert (policy["encoder_channels"], policy["image_crop"]) == ([16, 32, 64], [84, 84])  # pusht_image's preset
+    assert task["demo_generator"] == "sims.pusht.matched:generate_demos"
+    assert task["demo_kwargs"] == {"env": task["env_kwargs"]["config"], "obs_type": "image"}
+    env = gym.make(task["env_id"], **task["env_kwargs"])
+    assert env.unwrapped.cfg.image_style == "gym_pusht" and env.observation_space["pixels"].shape == (96, 96, 3)
+
+
 def test_walls_window_mass_and_friction_are_gym_pusht_own():
     ref = gym_pusht()
     ref.reset(seed=0)
