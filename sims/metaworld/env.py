@@ -79,7 +79,14 @@ def _task_env(env_name: str, render: bool, camera: str, size: int):
     classes = env_classes()
     if env_name not in classes:
         raise ValueError(f"env_name {env_name!r} is not a Meta-World v3 env; choose one of {sorted(classes)}")
-    env = classes[env_name](render_mode="rgb_array" if render else None, camera_name=camera, width=size, height=size)
+    try:
+        env = classes[env_name](render_mode="rgb_array" if render else None, camera_name=camera, width=size,
+                                height=size)
+    except ValueError as e:   # metaworld 3.1.1 on mujoco 4.0: its mocap welds no longer fit model.eq_data
+        import mujoco
+
+        raise RuntimeError(f"metaworld could not build {env_name} on mujoco {mujoco.__version__} ({e}); it pins "
+                           "mujoco==3.3.0: pip install 'robo[metaworld]'") from e
     env._partially_observable = False      # the goal position is part of the observation
     del env.sawyer_observation_space       # a cached property built for the goal-hidden form: rebuild it
     env._freeze_rand_vec = False           # a fresh object / goal draw at every reset ...
