@@ -17,6 +17,7 @@ runs, and that name would hide the gym_pusht package.
 
     python benchmarks/pusht_matched.py                      # 100 paths, 300 images, ~1 min on one core
     python benchmarks/pusht_matched.py --episodes 20 --states 50 --json pusht_matched.json
+    python benchmarks/pusht_matched.py --set timestep=0.005 --set agent_kp=12241.6 --set agent_kv=2425.3  # a choice
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import yaml
 
 import sims  # noqa: F401  (registers robo/PushT-v0)
-from sims.pusht import ENV_ID
+from sims.pusht import ENV_ID, PushTConfig
 from sims.pusht.geometry import wrap_angle
 from sims.pusht.gym_pusht import MAKE_ID
 from sims.pusht.gym_pusht_expert import GymPushTExpert
@@ -73,8 +75,7 @@ def image_mad(config: dict | None, states: int, seed: int) -> float:
     return float(np.mean(diffs))
 
 
-def row(name: str, paths: list, episodes: int, images: int, seed: int) -> dict:
-    config = VARIANTS[name]
+def row(name: str, config: dict | None, paths: list, episodes: int, images: int, seed: int) -> dict:
     t0 = time.perf_counter()
     env = gym.make(ENV_ID, obs_type="state", render_mode=None, config=config).unwrapped
     ref = gym.make(MAKE_ID, obs_type="state", render_mode=None).unwrapped
@@ -109,12 +110,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--episodes", type=int, default=100, help="pusher paths and start seeds (default 100)")
     ap.add_argument("--states", type=int, default=300, help="states whose images are compared (default 300)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the image states (default 0)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a PushTConfig field of the matched variant, e.g. timestep=0.005 (repeatable)")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
     if args.episodes < 1 or args.states < 1:
         ap.exit(2, f"{ap.prog}: error: --episodes and --states must be >= 1, got {args.episodes}, {args.states}\n")
+    if any("=" not in kv for kv in args.set):
+        ap.exit(2, f"{ap.prog}: error: --set takes KEY=VALUE, got {args.set}\n")
+    changes = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    variants = dict(VARIANTS)
+    if changes:
+        try:
+            PushTConfig.from_dict({**GYM_PUSHT_MATCHED, **changes})
+        except (TypeError, ValueError) as e:
+            ap.exit(2, f"{ap.prog}: error: --set: {e}\n")
+        name = "robo push-T matched, " + ", ".join(f"{k}={v}" for k, v in changes.items())
+        variants[name] = {**GYM_PUSHT_MATCHED, **changes}
     paths = gym_paths(args.episodes, max(STEPS))
-    rows = [row(name, paths, args.episodes, args.states, args.seed) for name in VARIANTS]
+    rows = [row(name, config, paths, args.episodes, args.states, args.seed) for name, config in variants.items()]
     cols = ["variant", "starts_equal", "image_mad"] + [f"{k}@{n}" for n in STEPS for k in ("block_mm", "yaw_deg")]
     print_table(rows, cols + ["agent_mm@10", "pen_mm_p50", "pen_mm_p95", "paths@60", "seconds"])
     if args.json:
