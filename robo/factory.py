@@ -23,7 +23,7 @@ def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], 
     if sim.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"sim.dtype={sim.get('dtype')!r}; choose one of {sorted(DTYPES)}")
     t = make_batched_task(dict(task), dict(robot), num_envs, dtype=DTYPES[sim.get("dtype", "float32")],
-                          randomization=sim.get("randomization"))
+                          randomization=sim.get("randomization"), step_backend=sim.get("step_backend", "torch"))
     t.seed(seed)
     return t
 

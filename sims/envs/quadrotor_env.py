@@ -51,8 +51,11 @@ def randomization_sampler(randomization: RandomizationConfig | dict,
 
 def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_sampler: ParamSampler | None = None,
                       dtype: torch.dtype = torch.float32, privileged: bool = False,
-                      randomization: RandomizationConfig | dict | None = None) -> BatchedQuadrotorTask:
+                      randomization: RandomizationConfig | dict | None = None,
+                      step_backend: str = "torch") -> BatchedQuadrotorTask:
     """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``).
+
+    ``step_backend``: ``"torch"`` or ``"c"`` (the compiled RK4 step, CPU; see ``BatchedQuadrotorSim``).
 
     ``randomization`` (a ``RandomizationConfig`` or its dict) draws new parameters for every
     env at every reset; ``param_sampler`` is the general form of the same hook.
@@ -64,7 +67,7 @@ def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     params = ParamsBatch.from_params(make_robot(robot), num_envs, dtype=dtype)
-    return BatchedQuadrotorTask(make_task_config(task), params, param_sampler, privileged)
+    return BatchedQuadrotorTask(make_task_config(task), params, param_sampler, privileged, step_backend)
 
 
 class QuadrotorEnv(gym.Env):

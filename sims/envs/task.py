@@ -85,13 +85,14 @@ class BatchedQuadrotorTask:
             fresh parameters for the environments being reset (domain randomization).
         privileged: append ``privileged_observation`` (B, 14) to every observation, for
             asymmetric actor-critic training (the actor reads only the first 22 floats).
+        step_backend: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
     """
 
     def __init__(self, config: QuadrotorTaskConfig, params: ParamsBatch, param_sampler: ParamSampler | None = None,
-                 privileged: bool = False):
+                 privileged: bool = False, step_backend: str = "torch"):
         self.config = config
         self.privileged = privileged
-        self.sim = BatchedQuadrotorSim(params)
+        self.sim = BatchedQuadrotorSim(params, step_backend)
         self.param_sampler = param_sampler
         B, dt = params.batch_size, params.dt
         f = dict(dtype=params.mass.dtype, device=params.mass.device)

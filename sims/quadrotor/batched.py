@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from .dynamics import ACTION_DIM, STATE_DIM, ParamsBatch, hover_state, rk4_step
+from .c_compile import CompilerNotFound
+from .dynamics import STATE_DIM, ParamsBatch, check_action, hover_state, rk4_step
+
+STEP_BACKENDS = ("torch", "c")
+
+__all__ = ["STEP_BACKENDS", "BatchedQuadrotorSim", "check_action"]
 
 
-def check_action(action: torch.Tensor, batch_size: int) -> None:
-    """Raise ``ValueError`` unless ``action`` is a finite (batch_size, 4) tensor."""
-    if action.shape != (batch_size, ACTION_DIM):
-        raise ValueError(f"action has shape {tuple(action.shape)}, expected ({batch_size}, {ACTION_DIM})")
-    if not bool(torch.isfinite(action).all()):
-        bad = (~torch.isfinite(action)).any(-1).nonzero().flatten()[:8].tolist()
-        raise ValueError(f"action contains NaN or inf (environments {bad}...); motors need finite commands")
+def _c_step(params: ParamsBatch):
+    """The compiled step for ``params``' dtype, or None (with a warning) when no C compiler is found."""
+    from .c_step import CStep  # compiles on first use
+
+    if params.mass.device.type != "cpu":
+        raise ValueError(f"step_backend='c' runs on CPU tensors, params are on {params.mass.device}; "
+                         "use step_backend='torch' on other devices")
+    try:
+        return CStep(params.mass.dtype)
+    except CompilerNotFound as e:
+        warnings.warn(f"{e}; stepping with step_backend='torch' instead", RuntimeWarning, stacklevel=3)
+        return None
 
 
 class BatchedQuadrotorSim:
@@ -21,14 +33,25 @@ class BatchedQuadrotorSim:
 
     Args:
         params: per-environment parameters (``ParamsBatch``, batch size B).
+        step_backend: ``"torch"`` (``rk4_step``, any device) or ``"c"`` (``c_step.CStep``: the same model
+            compiled with the host's C compiler, CPU only, float32 or float64; 5-20x faster on one core).
+            Without a C compiler ``"c"`` warns and steps with torch.
+        device: move ``params`` there first (default: stay on their device); state and time live on it.
 
     Attributes:
-        state: (B, 17) current states, layout in ``sims.quadrotor.dynamics``.
+        state: (B, 17) current states, layout in ``sims.quadrotor.dynamics``; every step makes a new tensor.
         time: (B,) seconds since each environment's last reset.
+        external_force: (B, 3) world-frame force, N, added on every step, or None.
     """
 
-    def __init__(self, params: ParamsBatch):
+    def __init__(self, params: ParamsBatch, step_backend: str = "torch", device: str | torch.device | None = None):
+        if step_backend not in STEP_BACKENDS:
+            raise ValueError(f"unknown step_backend {step_backend!r}; choose one of {list(STEP_BACKENDS)}")
+        if device is not None:
+            params = params.to(device=device)
         self.params = params
+        self._c = _c_step(params) if step_backend == "c" else None
+        self.step_backend = "c" if self._c is not None else "torch"
         self.state = hover_state(params)
         self.time = torch.zeros(params.batch_size, dtype=params.mass.dtype, device=params.mass.device)
         self.external_force: torch.Tensor | None = None  # (B, 3) world frame, N
@@ -61,7 +84,12 @@ class BatchedQuadrotorSim:
             self.time[mask] = 0.0
 
     def step(self, action: torch.Tensor, validate: bool = True) -> torch.Tensor:
-        """Advance every environment by ``dt`` under actions (B, 4) in [-1, 1]; returns the new state."""
+        """Advance every environment by ``dt`` under actions (B, 4) in [-1, 1]; returns the new state.
+
+        ``validate`` checks the action's shape and finiteness first (in C, nearly free, with ``step_backend='c'``)."""
+        if self._c is not None:
+            self.state = self._c(self.state, action, self.params, self.external_force, self.time, validate)
+            return self.state
         if validate:
             check_action(action, self.batch_size)
         self.state = rk4_step(self.state, action.to(self.state.dtype), self.params, self.external_force)

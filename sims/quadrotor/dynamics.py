@@ -86,7 +86,8 @@ class ParamsBatch:
         force_cols = tdir  # (B, 4, 3)
         torque_cols = np.cross(pos, tdir) + kq[..., None] * qdir
         mixer = np.concatenate([force_cols, torque_cols], axis=-1).transpose(0, 2, 1)  # (B, 6, 4)
-        t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)  # noqa: E731
+        t = lambda x: torch.as_tensor(np.ascontiguousarray(x, dtype=np.float64), dtype=dtype,  # noqa: E731
+                                      device=device)
         return cls(
             mass=t(mass), inertia=t(J), inertia_inv=t(np.linalg.inv(J)), mixer=t(mixer),
             thrust_curve=t(thrust_curve), tau_rising=t(motor_time_constant_rising),
@@ -124,6 +125,15 @@ class ParamsBatch:
         quad = (-c1 + disc.sqrt()) / (2 * c2.clamp(min=1e-12))
         lin = (w - c0) / c1.clamp(min=1e-12)
         return torch.where(c2 > 1e-12, quad, lin)
+
+
+def check_action(action: torch.Tensor, batch_size: int) -> None:
+    """Raise ``ValueError`` unless ``action`` is a finite (batch_size, 4) tensor."""
+    if action.shape != (batch_size, ACTION_DIM):
+        raise ValueError(f"action has shape {tuple(action.shape)}, expected ({batch_size}, {ACTION_DIM})")
+    if not bool(torch.isfinite(action).all()):
+        bad = (~torch.isfinite(action)).any(-1).nonzero().flatten()[:8].tolist()
+        raise ValueError(f"action contains NaN or inf (environments {bad}...); motors need finite commands")
 
 
 def rotor_thrusts(motor: torch.Tensor, p: ParamsBatch) -> torch.Tensor:
