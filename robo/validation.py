@@ -107,7 +107,20 @@ def validate(command: str, cfg) -> None:
     c.pop("hydra", None)
     check_required(c)
     check_numbers(c)
+    check_devices(c)
     check_paths(c, command)
+
+
+def check_devices(c: dict) -> None:
+    """Every ``device`` key is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, and CUDA where asked for exists."""
+    from robo.device import resolve_device
+
+    for key, v in leaves(c):
+        if key.rsplit(".", 1)[-1] == "device" and v is not None:
+            try:
+                resolve_device(v)
+            except ValueError as e:
+                raise ConfigError(str(e).replace("device=", f"{key}=", 1)) from e
 
 
 def one_line(text: str) -> str:

@@ -110,7 +110,7 @@ class DiffusionPolicy(QueuedActing, AveragedWeights):
         action = check_tensor(batch["action"], (obs.shape[0], c.horizon, c.action_dim), "action")
         x0 = self.model.action_normalizer(action)
         noise = torch.randn_like(x0)
-        t = torch.randint(0, c.num_train_timesteps, (x0.shape[0],))
+        t = torch.randint(0, c.num_train_timesteps, (x0.shape[0],), device=x0.device)
         pred = self.model.denoiser(self.noise_scheduler.add_noise(x0, noise, t), t, self.model.condition(obs, image))
         return F.mse_loss(pred, noise if c.prediction_type == "epsilon" else x0)
 
@@ -140,7 +140,7 @@ class DiffusionPolicy(QueuedActing, AveragedWeights):
         x = self._noise(noise, obs.shape[0], generator)
         scheduler = self.make_inference_scheduler()
         for t in scheduler.timesteps:
-            out = model.denoiser(x, t.expand(x.shape[0]), cond)
+            out = model.denoiser(x, t.expand(x.shape[0]).to(x.device), cond)
             x = scheduler.step(out, t, x).prev_sample
         actions = model.action_normalizer.unnormalize(x)
         return actions.numpy() if isinstance(state_of(obs_history), np.ndarray) else actions

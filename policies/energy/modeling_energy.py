@@ -263,7 +263,7 @@ class EnergyPolicy(ChunkPolicyBase):
         if cfg.loss_on == "last":
             loss = errors[-1]
         else:  # weights 1..K normalized: later steps count more, every step must make progress
-            w = torch.arange(1, len(chunks) + 1, dtype=errors.dtype)
+            w = torch.arange(1, len(chunks) + 1, dtype=errors.dtype, device=errors.device)
             loss = (w * errors).sum() / w.sum()
         if cfg.denoise_weight > 0:
             loss = loss + cfg.denoise_weight * self._denoise_loss(obs_n, action_n)
@@ -273,7 +273,8 @@ class EnergyPolicy(ChunkPolicyBase):
         """The descent from noised demos back onto them (``EnergyConfig.denoise_weight``): obs_n (B, T, O),
         action_n (B, H, A) -> mean over demos of |descend(y + s eps) - y| (flattened chunk), s ~ U(0, max_std)."""
         cfg = self.config
-        std = cfg.denoise_max_std * torch.rand(action_n.shape[0], *([1] * (action_n.ndim - 1)))
+        std = cfg.denoise_max_std * torch.rand(action_n.shape[0], *([1] * (action_n.ndim - 1)),
+                                               device=action_n.device)
         noised = action_n + std * torch.randn_like(action_n)
         landed = descend(self.model, obs_n, noised, cfg.train_steps, cfg.grad_clip, create_graph=True)[-1]
         return (landed - action_n).flatten(1).norm(dim=1).mean()

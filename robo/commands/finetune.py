@@ -27,7 +27,8 @@ from robo.twin.standin import StandInConfig, stand_in
 log = logging.getLogger(__name__)
 IDENTIFIED = "identified_robot.json"  # the twin's calibrated robot (preset, mass, thrust curve), kept for resumes
 # what resume=<run> may change: how long, how the robot is reached and reset, how many evaluation episodes
-RESUMABLE_CHANGES = {"total_steps", "threads", "eval_episodes", "reset", "reset_steps", "real_robot.connection"}
+RESUMABLE_CHANGES = {"total_steps", "threads", "eval_episodes", "reset", "reset_steps", "real_robot.connection",
+                     "device"}
 rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 
@@ -56,6 +57,7 @@ def open_robot(c: dict):
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "finetune")  # resume=<run>: its config and learner
     c = OmegaConf.to_container(cfg, resolve=True)
+    c["learner"].setdefault("device", c.get("device", "cpu"))  # the learner's SAC trains on the run's device
     if c["reset"] not in ("fly_back", "prompt"):
         raise ValueError(f"reset={c['reset']!r}; choose fly_back or prompt")
     write_resolved_config(run_dir, cfg)

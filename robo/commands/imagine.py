@@ -22,6 +22,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from policies.world_model import EnsembleDynamics
+from robo.device import sb3_device
 from robo.run_dir import seed_run, write_json, write_resolved_config
 
 from robo.world_model.imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
@@ -140,7 +141,7 @@ def train_sac(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, r
     env = real if n_imagined == 0 else MixedVectorEnv(real, ImaginedEnv(
         model, start, n_imagined, task.action_space, int(t["imagined_horizon"]), float(c["disagreement_threshold"]),
         observation_space=task.observation_space, seed=int(c["seed"])))
-    sac = SAC("MlpPolicy", SB3VecEnvAdapter(env), seed=int(c["seed"]), verbose=0,
+    sac = SAC("MlpPolicy", SB3VecEnvAdapter(env), seed=int(c["seed"]), verbose=0, device=sb3_device(c.get("device")),
               policy_kwargs={"net_arch": list(t["net_arch"])}, **dict(t["sac_kwargs"]))
     sac.learn(total_timesteps=int(t["total_steps"]))
     policy = export_actor(sac, env.single_observation_space.shape[0])
@@ -172,6 +173,7 @@ def train_dsrl(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, 
                                              observation_space=task.observation_space, seed=seed))
 
     steer = {"algo": algo_config("dsrl"), "total_env_steps": budget, "num_envs": real_envs, "seed": seed,
+             "device": c.get("device", "auto"),
              "imagined_envs": n_imagined, "eval_every": int(t.get("eval_every") or budget), "checkpoint_every": budget,
              "eval": {"episodes": int(t["eval_episodes"]), "episodes_during_training": int(t["eval_episodes"]),
                       "seed": seed + 20_000}}

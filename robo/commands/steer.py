@@ -23,7 +23,7 @@ from robo.steer.trainer import SteerTrainer
 log = logging.getLogger(__name__)
 ALGO_CONFIGS = resources.files("robo.configs") / "algo"  # the repository's configs/algo
 # what resume=<run> may change
-RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "deploy", "video", "progress"}
+RESUMABLE_CHANGES = {"threads", "total_env_steps", "eval", "deploy", "video", "progress", "device"}
 rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 

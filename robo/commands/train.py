@@ -15,7 +15,7 @@ from robo.rl.trainer import BEST, LATEST, Trainer
 from robo.run_dir import saved_config, start_run, with_run_groups, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
-RESUMABLE_CHANGES = {"total_steps", "threads", "video", "plot_envs"}  # what resume=<run> may change
+RESUMABLE_CHANGES = {"total_steps", "threads", "video", "plot_envs", "device"}  # what resume=<run> may change
 rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 IMITATION_ONLY = ("dataset", "extra_dataset", "demos")  # train.yaml keys that RL training does not read
 SUMMARY_KEYS = {"step": "step", "median_position_error": "final_median_position_error", "crashes": "crashes",

@@ -106,6 +106,7 @@ class DaggerConfig:
     ensemble: int = 1
     refine_quadrotors: int = 192
     refine_seed: int = 300_000
+    device: str = "cpu"  # robo.device: where the students train (they fly the sim on the CPU); the run's device
     refine_feedforward: float = 0.0
     refine_trim: bool = False
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
@@ -142,6 +143,7 @@ class FoundationRunConfig:
 
     teachers: int = 16
     seed: int = 0
+    device: str = "auto"  # robo/device.py: the DAgger student's and the teachers' device
     threads: int = 1
     randomization: dict = field(default_factory=lambda: RandomizationConfig().to_dict())
     teacher: TeacherConfig = field(default_factory=TeacherConfig)

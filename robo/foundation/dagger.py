@@ -26,6 +26,7 @@ from torch import nn
 from policies.ema import make_ema
 from policies.foundation import FoundationConfig, FoundationGRU, FoundationPolicy
 from policies.mlp import MLPActor, MLPConfig, MLPPolicy
+from robo.device import resolve_device
 from robo.evaluate import make_fleet_task
 from robo.foundation.config import DaggerConfig, merged_task
 from robo.foundation.fleet import Labeller, StudentLabeller, TeacherEnsemble, feedforward_observations
@@ -57,7 +58,7 @@ def initial_hidden(model: nn.Module, batch: int) -> torch.Tensor:
     """(batch, H) learned initial state (on the graph); (batch, 1) zeros for stateless students."""
     if isinstance(model, FoundationGRU):
         return model.initial_hidden.expand(batch, -1)
-    return torch.zeros(batch, 1)
+    return torch.zeros(batch, 1, device=next(model.parameters()).device)
 
 
 def student_step(model: nn.Module, obs: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +77,9 @@ class Sequences:
     obs: torch.Tensor
     labels: torch.Tensor
     starts: torch.Tensor
+
+    def to(self, device: torch.device) -> "Sequences":
+        return Sequences(self.obs.to(device), self.labels.to(device), self.starts.to(device))
 
 
 @torch.no_grad()
@@ -214,6 +218,7 @@ def _dagger(kind: str, model: nn.Module, fleets: list, cfg: DaggerConfig, feedfo
     kept = model if average is None else average.module
     update = None if average is None else (lambda: average.update_parameters(model))
     gen = torch.Generator().manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
     buffer: list[Sequences] = []
     history = []
     best = None  # (key, iteration, state_dict) with validate
@@ -222,8 +227,11 @@ def _dagger(kind: str, model: nn.Module, fleets: list, cfg: DaggerConfig, feedfo
         data, stats = collect_fleets(fleets, model, cfg.steps_per_iteration, beta, gen, feedforward)
         buffer = (buffer + [data])[-cfg.buffer_iterations:]
         model.train()
-        loss = [bptt_epoch(model, optimizer, d, cfg.bptt, cfg.batch_envs, gen, update) for _ in range(cfg.epochs)
-                for d in buffer][-1]
+        on_device = [m.to(device) for m in (model, average) if m is not None]  # they collect on the CPU
+        loss = [bptt_epoch(model, optimizer, d.to(device), cfg.bptt, cfg.batch_envs, gen, update)
+                for _ in range(cfg.epochs) for d in buffer][-1]
+        for m in on_device:
+            m.to("cpu")
         model.eval()
         kept.eval()
         history.append({"iteration": it, "loss": loss, **stats})

@@ -73,7 +73,7 @@ def distil(kind: str, teachers: list[MLPPolicy], quads: list[QuadrotorParams], t
     Validation as configured for every DAgger run.
     Returns the policy and the history; with an ensemble its rows name their ``member`` (the refined
     student's: ``"refined"``)."""
-    d, validate = cfg.dagger, validator(cfg)
+    d, validate = dataclasses.replace(cfg.dagger, device=cfg.device), validator(cfg)
     if d.ensemble == 1:
         return distill_best(kind, teachers, quads, task, d, validate=validate, progress=progress)
     members, history = [], []

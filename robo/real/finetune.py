@@ -295,7 +295,7 @@ def load_finetuned_actor(directory: str | Path, config: LearnerConfig | None = N
     from robo.real.learner import load_learner
 
     model, _, _ = load_learner(Path(directory), config or LearnerConfig())
-    return model.actor
+    return model.actor.cpu()  # flown on the CPU, wherever it trained
 
 
 @torch.no_grad()

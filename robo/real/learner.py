@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import os
 import queue
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -27,6 +27,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from policies.checkpoint import remove_unfinished
+from robo.device import sb3_device
 from robo.run_dir import LATEST, checkpoint, read_state, seed_run
 
 
@@ -62,6 +63,7 @@ class LearnerConfig:
     seed: int = 0
     obs_dim: int = 22
     action_dim: int = 4
+    device: str = "cpu"  # robo.device: where SAC trains (auto | cpu | cuda | cuda:N); snapshots load on the CPU
 
     def __post_init__(self) -> None:
         for k in ("batch_size", "sync_every", "checkpoint_every", "obs_dim", "action_dim"):
@@ -117,7 +119,7 @@ def build_sac(c: LearnerConfig, env=None):
     env = env if env is not None else SpacesEnv(c.obs_dim, c.action_dim)
     model = SAC("MlpPolicy", env, learning_rate=c.learning_rate,
                 batch_size=c.batch_size, gamma=c.gamma, tau=c.tau, learning_starts=c.learning_starts,
-                ent_coef=c.ent_coef, seed=c.seed, device="cpu", buffer_size=1_000_000,
+                ent_coef=c.ent_coef, seed=c.seed, device=sb3_device(c.device), buffer_size=1_000_000,
                 policy_kwargs={"net_arch": list(c.net_arch)})
     with torch.no_grad():
         model.actor.mu.weight.zero_()
@@ -143,7 +145,7 @@ def save_snapshot(directory: Path, name: str, model) -> Path:
     path = Path(directory) / SNAPSHOTS / f"{name}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().contiguous() for k, v in model.actor.state_dict().items()}, tmp)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.actor.state_dict().items()}, tmp)
     os.replace(tmp, path)
     return path
 
@@ -153,7 +155,7 @@ def load_snapshots(directory: Path, c: LearnerConfig) -> dict:
     from safetensors.torch import load_file
 
     paths = sorted((Path(directory) / SNAPSHOTS).glob("*.safetensors"))
-    template = build_sac(c).actor if paths else None
+    template = build_sac(replace(c, device="cpu")).actor if paths else None  # flown in the twin, on the CPU
     out = {}
     for path in paths:
         actor = copy.deepcopy(template)
@@ -171,7 +173,7 @@ def load_learner(directory: Path, c: LearnerConfig):
     state = read_state(latest)
     if state is None:
         return build_sac(c), 0, []
-    model = SAC.load(latest / "sb3.zip", env=SpacesEnv(c.obs_dim, c.action_dim), device="cpu")
+    model = SAC.load(latest / "sb3.zip", env=SpacesEnv(c.obs_dim, c.action_dim), device=sb3_device(c.device))
     model.learning_rate = c.learning_rate  # this config's rate from here on (e.g. lower on the robot than in the twin)
     model._setup_lr_schedule()
     model.load_replay_buffer(latest / "replay_buffer.pkl")

@@ -30,6 +30,7 @@ from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevelReplay, ScheduledCurriculum,
                              apply)
 from robo.curriculum.level_sampler import LevelReplayParamSampler
+from robo.device import sb3_device
 from robo.evaluate import describe, flight_metrics, rollout
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
@@ -113,6 +114,7 @@ class Trainer:
 
     def __init__(self, c: dict[str, Any], run_dir: Path):
         self.c, self.run_dir = c, Path(run_dir)
+        self.device = sb3_device(c.get("device", "auto"))  # SB3's networks; the batched sim stays on the CPU
         self.ckpt_dir = self.run_dir / "checkpoints"
         algo = c["algo"]
         if algo["name"] not in ALGORITHMS:
@@ -159,7 +161,8 @@ class Trainer:
         else:
             policy = "MlpPolicy"
         model = ALGORITHMS[algo["name"]](policy, self.sb3_env, seed=int(self.c["seed"]), policy_kwargs=policy_kwargs,
-                                         tensorboard_log=str(self.run_dir / "tensorboard"), verbose=0, **kwargs)
+                                         tensorboard_log=str(self.run_dir / "tensorboard"), verbose=0,
+                                         device=self.device, **kwargs)
         if algo.get("init_at_hover", True):
             init_actor_at_hover(model, self.robot.hover_action)
         return model
@@ -253,7 +256,8 @@ class Trainer:
 
     def _load_checkpoint(self, path: Path) -> int:
         cls = ALGORITHMS[self.c["algo"]["name"]]
-        self.model = cls.load(path / "sb3.zip", env=self.sb3_env, tensorboard_log=str(self.run_dir / "tensorboard"))
+        self.model = cls.load(path / "sb3.zip", env=self.sb3_env, tensorboard_log=str(self.run_dir / "tensorboard"),
+                              device=self.device)
         if (path / "replay_buffer.pkl").exists() and isinstance(self.model, OffPolicyAlgorithm):
             load_filled(self.model, path / "replay_buffer.pkl")
         if self.actor_average is not None:

@@ -33,6 +33,7 @@ from policies.steered import GaussianNoiseActor, SteeredConfig, SteeredPolicy
 from robo.rl.asymmetric import export_actor
 from robo.rl.callbacks import DivergenceError, parameters_finite
 from policies.registry import load_policy
+from robo.device import sb3_device
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint
 
@@ -201,7 +202,8 @@ class SteerTrainer:
         pk["activation_fn"] = ACTIVATIONS[a.get("activation", "relu")]
         policy = LayerNormCriticSACPolicy if a.get("critic_layer_norm", False) else "MlpPolicy"
         model = SteerSAC(policy, self.venv, policy_kwargs=pk, seed=int(self.c["seed"]), verbose=0,
-                         tensorboard_log=str(self.run_dir / "tensorboard"), **(a.get("kwargs") or {}))
+                         tensorboard_log=str(self.run_dir / "tensorboard"), device=sb3_device(self.c.get("device")),
+                         **(a.get("kwargs") or {}))
         warmup = a.get("warmup", "uniform")
         if warmup not in WARMUPS:
             raise ValueError(f"unknown algo.warmup {warmup!r}; choose one of {list(WARMUPS)}")
@@ -312,7 +314,7 @@ class SteerTrainer:
             self.model = self._build_model()
             self.model.load_state_dict(torch.load(path / NA_STATE, weights_only=False))
         else:
-            self.model = SteerSAC.load(path / "sb3.zip", env=self.venv,
+            self.model = SteerSAC.load(path / "sb3.zip", env=self.venv, device=sb3_device(self.c.get("device")),
                                        tensorboard_log=str(self.run_dir / "tensorboard"))
             self.model.load_replay_buffer(path / "replay_buffer.pkl")
         state = read_state(path)

@@ -126,7 +126,7 @@ def single_env_buffer(buffer, n_envs: int):
     learner adds one transition at a time). Returns a new buffer of the same capacity in transitions."""
     n = (buffer.buffer_size if buffer.full else buffer.pos) * n_envs
     out = ReplayBuffer(max(buffer.buffer_size * n_envs, n + 1), buffer.observation_space, buffer.action_space,
-                       device="cpu", n_envs=1)
+                       device=buffer.device, n_envs=1)
     for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
         src = getattr(buffer, name)
         rows = src if buffer.full else src[:buffer.pos]
@@ -170,7 +170,7 @@ def pretrain_in_twin(base: Policy, params: QuadrotorParams | str | dict, directo
         out.update(selected=best, scores=scores)
     prior = single_env_buffer(model.replay_buffer, c.num_envs)
     model.replay_buffer = MixedReplayBuffer(1_000_000, prior.observation_space, prior.action_space, prior=prior,
-                                            prior_ratio=lc.prior_ratio, device="cpu")
+                                            prior_ratio=lc.prior_ratio, device=model.device)
     model.n_envs = 1
     save_learner(Path(directory), model, 0, [], lc)
     return {**out, "transitions": int(prior.size())}

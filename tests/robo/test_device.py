@@ -1,0 +1,167 @@
+"""The one device setting (robo.device), its checks, the imitation trainer on it, and Ray sweeps (robo.sweep)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policies.registry import load_policy
+from robo.device import move_policy, pin, resolve_device, sb3_device, to_device
+from robo.imitation import ChunkWindows, ImitationTrainer, TrainConfig, compute_stats
+from robo.ray_tasks import SerialExecutor, fan_out
+from robo.run_dir import compose
+from robo.sweep import expand, report, run_sweep, sweep_ray
+from robo.validation import ConfigError, validate
+from sims.toy import generate_demos
+
+TOY = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=4, down_dims=[16, 32],
+           diffusion_step_embed_dim=16, num_train_timesteps=20, num_inference_steps=4)
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_auto_falls_back_to_the_cpu_and_picks_cuda_when_torch_sees_one(no_cuda, monkeypatch):
+    assert resolve_device("auto") == torch.device("cpu") == resolve_device(None)
+    assert resolve_device("cpu") == torch.device("cpu") and sb3_device("auto") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device(" CUDA:1 ") == torch.device("cuda", 1) and sb3_device("cuda:1") == "cuda:1"
+    with pytest.raises(ValueError, match=r"device=cuda:2: only 2 CUDA GPU\(s\) visible"):
+        resolve_device("cuda:2")
+
+
+@pytest.mark.parametrize("spec, match", [("tpu", "choose auto, cpu, cuda or cuda:N"), ("cuda:x", "choose auto"),
+                                         ("cuda", "torch sees no CUDA GPU"), ("cuda:0", "use device=cpu or auto")])
+def test_a_bad_or_missing_device_is_one_line(no_cuda, spec, match):
+    with pytest.raises(ValueError, match=match) as e:
+        resolve_device(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_every_run_config_has_the_device_key_and_validation_checks_it(no_cuda):
+    for command in ("train", "steer", "finetune", "foundation", "imagine", "eval"):
+        cfg = compose(command, [])
+        assert cfg.device == "auto", command
+        validate(command, cfg)  # auto is fine without a GPU
+    with pytest.raises(ConfigError, match="device='tpu': choose auto, cpu, cuda or cuda:N"):
+        validate("train", compose("train", ["device=tpu"]))
+    with pytest.raises(ConfigError, match="learner.device=cuda: torch sees no CUDA GPU"):
+        validate("finetune", compose("finetune", ["+learner.device=cuda"]))
+
+
+def test_batches_move_to_the_device_and_pin_only_for_cuda():
+    batch = {"obs": torch.ones(2, 3), "n": 3}
+    assert pin(batch, torch.device("cpu")) is batch
+    moved = to_device(batch, torch.device("cpu"))
+    assert moved["obs"].device.type == "cpu" and moved["n"] == 3
+
+
+def toy(steps: int, **train):
+    episodes = generate_demos(20, seed=0)
+    torch.manual_seed(0)
+    policy = DiffusionPolicy(DiffusionConfig(**TOY))
+    policy.set_normalization(compute_stats(episodes))
+    windows = ChunkWindows(episodes, policy.n_obs_steps, policy.horizon, policy.n_action_steps)
+    return policy, windows, TrainConfig(steps=steps, batch_size=16, warmup_steps=1, log_every=1, checkpoint_every=2,
+                                        **train)
+
+
+def test_the_imitation_trainer_runs_on_the_given_device_with_bf16_autocast(tmp_path, no_cuda):
+    policy, windows, config = toy(2, amp="bf16")
+    trainer = ImitationTrainer(policy, windows, config, tmp_path, device="cpu")
+    assert trainer.device == torch.device("cpu") and trainer.ranks.world == 1
+    out = trainer.train(progress=False)
+    assert out["step"] == 2 and torch.isfinite(torch.tensor(out["loss"]))
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())  # autocast, not a bf16 model
+    # a checkpoint loads wherever it is read: the policy from safetensors (CPU), the state with map_location
+    loaded = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
+    for a, b in zip(loaded.model.state_dict().values(), policy.inference_model.state_dict().values()):
+        assert a.device.type == "cpu" and torch.equal(a, b.cpu())
+    fresh, windows4, config4 = toy(4)
+    again = ImitationTrainer(fresh, windows4, config4, tmp_path, device="auto")
+    assert again.load_checkpoint() == 2
+    with pytest.raises(ValueError, match="train.amp='fp8': choose bf16 or null"):
+        TrainConfig(amp="fp8")
+    with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+        ImitationTrainer(policy, windows, config, tmp_path, device="cuda")
+
+
+def test_move_policy_moves_every_copy_of_the_weights():
+    policy = DiffusionPolicy(DiffusionConfig(**TOY))
+    move_policy(policy, torch.device("meta"))
+    assert {p.device.type for m in policy.weight_copies() for p in m.parameters()} == {"meta"}
+
+
+# Ray sweeps -----------------------------------------------------------------------------------------
+def test_a_multirun_without_ray_address_stays_hydras():
+    assert sweep_ray(["seed=0,1"]) is None and sweep_ray(["-m", "seed=0,1"]) is None
+    assert sweep_ray(["-m", "seed=0,1", "ray.address=null"]) is None
+    ray = sweep_ray(["-m", "seed=0,1", "ray.address=local", "ray.cpus_per_run=0.5"])
+    assert (ray.address, ray.cpus_per_run, ray.num_cpus) == ("local", 0.5, None)
+    assert expand(["-m", "seed=0,1", "policy=diffusion", "ray.address=local", "demos=2,3"]) == [
+        ["seed=0", "policy=diffusion", "demos=2"], ["seed=0", "policy=diffusion", "demos=3"],
+        ["seed=1", "policy=diffusion", "demos=2"], ["seed=1", "policy=diffusion", "demos=3"]]
+
+
+def test_a_sweep_fans_out_one_task_per_job_and_reports_each(tmp_path):
+    calls = []
+
+    def job(spec):
+        calls.append(spec)
+        if spec["overrides"] == ["seed=1"]:
+            raise RuntimeError("diverged")
+        return {"job": spec["job"], "returncode": 0, "run_dir": spec["run_dir"], "output": ["ok"]}
+
+    executor = SerialExecutor()
+    args = ["-m", "seed=0,1,2", "ray.address=local", f"hydra.sweep.dir={tmp_path}"]
+    results = run_sweep("train", args, sweep_ray(args), executor=executor, job_fn=job)
+    assert len(executor.calls) == 3 and [c["overrides"] for c in calls] == [["seed=0"], ["seed=1"], ["seed=2"]]
+    assert [r["run_dir"] for r in results] == [str(tmp_path / str(n)) for n in range(3)]
+    assert [r["returncode"] for r in results] == [0, None, 0] and "diverged" in results[1]["error"]
+    table, code = report(results)
+    assert code == 1 and "diverged" in table.splitlines()[2]
+
+
+def test_fan_out_resubmits_what_on_error_asks_for():
+    attempts = {}
+
+    def flaky(spec):
+        attempts[spec] = attempts.get(spec, 0) + 1
+        if attempts[spec] < 2:
+            raise OSError("worker died")
+        return spec * 10
+
+    done = {}
+    fan_out(flaky, [1, 2], SerialExecutor(), on_done=done.__setitem__, on_error=lambda spec, e: attempts[spec] < 3)
+    assert done == {1: 10, 2: 20} and attempts == {1: 2, 2: 2}
+
+
+def robo(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env={**os.environ, "MUJOCO_GL": "egl"},
+                          capture_output=True, text=True, timeout=600)
+
+
+TINY = ["policy=diffusion", "task=obstacle_reach", "demos=4", "policy.down_dims=[8,16]", "policy.horizon=8",
+        "policy.n_action_steps=4", "policy.diffusion_step_embed_dim=8", "policy.train.steps=4",
+        "policy.train.warmup_steps=1", "policy.train.checkpoint_every=2", "task.eval.episodes=1",
+        "task.eval.episodes_during_training=1", "video.enabled=false", "device=cpu"]
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_runs_each_job_in_its_own_run_folder(tmp_path):
+    pytest.importorskip("ray")
+    r = robo("train", "-m", "seed=0,1", *TINY, "ray.address=local", "ray.num_cpus=2",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for n in (0, 1):
+        assert (tmp_path / "sweep" / str(n) / "metrics.json").is_file()
+    assert "seed: 1" in (tmp_path / "sweep" / "1" / "config.yaml").read_text()
+    r = robo("train", "-m", "seed=0,1", "device=tpu", "ray.address=local", cwd=tmp_path)
+    assert r.returncode == 2 and "device='tpu'" in r.stderr
