@@ -15,13 +15,15 @@ from robo.run_dir import start_run, write_json, write_resolved_config
 
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.distill import DistillConfig, teacher_labels
+from robo.imitation.distributed import Ranks
 from robo.imitation.evaluate import evaluate_chunked_policy, evaluate_flights
 from robo.imitation.sources import init_weights, load_episodes, make_imitation_policy
 from robo.imitation.trainer import ImitationTrainer, TrainConfig
 
 log = logging.getLogger(__name__)
 # what resume=<run> may change
-RESUMABLE_CHANGES = {"threads", "policy.train.steps", "policy.train.keep_every", "task.eval.episodes", "video"}
+RESUMABLE_CHANGES = {"threads", "policy.train.steps", "policy.train.keep_every", "task.eval.episodes", "video",
+                     "device"}
 
 
 def is_imitation(cfg: DictConfig) -> bool:
@@ -57,7 +59,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "train")  # resume=<run>: the run's own config
     _check(cfg)
     c = OmegaConf.to_container(cfg, resolve=True)
-    write_resolved_config(run_dir, cfg)
+    ranks = Ranks.from_env()  # under torchrun: rank 0 alone writes into the run folder
+    if ranks.main:
+        write_resolved_config(run_dir, cfg)
     task, pcfg = c["task"], c["policy"]
     episodes = load_episodes(task, c.get("dataset"), c.get("demos"), int(c["seed"]), c.get("extra_dataset"))
     image_shape = list(episodes[0]["image"].shape[1:]) if "image" in episodes[0] else None
@@ -76,8 +80,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     distill = DistillConfig(**(c.get("distill") or {}))
     data = teacher_labels(distill.teacher, policy, windows, distill, run_dir) if distill.teacher else windows
     trainer = ImitationTrainer(policy, data, train_cfg, run_dir,
-                               evaluate=evaluator(task, int(task["eval"]["episodes_during_training"])))
+                               evaluate=evaluator(task, int(task["eval"]["episodes_during_training"])),
+                               device=c.get("device", "auto"))
     trainer.train(resume=bool(cfg.resume))
+    if not ranks.main:
+        return {"step": trainer.step, "rank": ranks.rank}
     final = evaluator(task, int(task["eval"]["episodes"]), run_dir / "videos" if video else None)(policy, trainer.step)
     metrics = {"step": trainer.step, "train_wall_time": trainer.wall_time, "num_demos": len(episodes), **final}
     write_json(run_dir / "eval_history.json", trainer.history)
