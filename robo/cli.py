@@ -3,6 +3,8 @@
 Each command has a Hydra config of its own name in ``configs/`` (shipped as ``robo.configs``) and a module in
 ``robo/commands/``; everything after the command is passed to Hydra, so overrides, ``--cfg job`` and multirun
 (``-m``) work as in any Hydra app. ``robo <command> --help`` lists the groups and keys the command uses.
+A multirun with ``ray.address`` runs its jobs as Ray tasks (``robo.sweep``); under ``torchrun`` the ranks
+other than 0 run in a scratch folder of their own, removed at the end (rank 0 writes the run folder).
 
 The config is composed and checked (``robo.validation``) before a run folder is made: a bad input prints one
 line and exits with code 2. A command that fails later removes its run folder if it holds only its config and log,
@@ -17,6 +19,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import traceback
 from importlib.resources import files
 from pathlib import Path
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"{command}: {e}", debug=debug)
     if hasattr(module, "rewrite_overrides"):  # a command may give shorthands for its overrides
         rest = module.rewrite_overrides(rest)
+    ray_sweep(command, rest, debug)
     if not any(a.startswith("-") for a in rest):  # -m, --cfg, --info ...: Hydra's own modes, composed by Hydra
         from robo.validation import ConfigError, validate
 
@@ -87,6 +91,11 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"{command}: {composition_error(str(e))}", debug=debug)
         if cfg.get("resume"):  # a resumed run writes its log into its own folder, not a new one
             rest = [*rest, f"hydra.run.dir={cfg.resume}", "hydra.output_subdir=null"]
+
+    scratch = None
+    if os.environ.get("RANK", "0") not in ("", "0"):  # torchrun: rank 0 alone writes the run folder
+        scratch = tempfile.mkdtemp(prefix=f"robo-{command}-rank{os.environ['RANK']}-")
+        rest = [*rest, f"hydra.run.dir={scratch}", "hydra.output_subdir=null"]
 
     import hydra
     from hydra.core.hydra_config import HydraConfig
@@ -111,12 +120,36 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 where = clean_up(run_dir, keep=bool(resumed), reason=traceback.format_exc())
             fail(f"{command}: {describe(e)}{where}", code=code)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+            return
         if resumed:  # a run that failed once and now completed
             (Path(resumed) / "FAILED").unlink(missing_ok=True)
         print(summary(command, result, Path(resumed) if resumed else run_dir))
 
     sys.argv = [f"robo-{command}", *rest]
     hydra.main(version_base="1.3", config_path="pkg://robo.configs", config_name=command)(task_fn)()
+
+
+def ray_sweep(command: str, rest: list[str], debug: bool) -> None:
+    """A multirun with ``ray.address=...``: check every job's config, run the jobs as Ray tasks, print their
+    table and exit (code 1 if any job failed). Returns at once for any other command line."""
+    from robo.sweep import expand, report, run_sweep, sweep_ray
+    from robo.validation import ConfigError, validate
+
+    try:
+        ray = sweep_ray(rest)
+        if ray is None:
+            return
+        for job in expand(rest):
+            validate(command, compose(command, job))
+    except ConfigError as e:
+        fail(f"{command}: {e}", debug=debug)
+    except Exception as e:  # a bad override or sweep syntax
+        fail(f"{command}: {composition_error(str(e))}", debug=debug)
+    table, code = report(run_sweep(command, rest, ray))
+    print(table)
+    sys.exit(code)
 
 
 def command_module(command: str):

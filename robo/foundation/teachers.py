@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from robo.foundation.config import FoundationRunConfig, composed
+from robo.ray_tasks import Executor, RayExecutor, fan_out
 from robo.run_dir import write_json
 from sims.quadrotor.params import QuadrotorParams
 from sims.quadrotor.randomization import RandomizationConfig, sample_param_list
@@ -54,7 +55,7 @@ def teacher_specs(cfg: FoundationRunConfig, run_dir: Path) -> list[dict]:
     t = cfg.teacher
     base = train_config([*t.overrides, f"total_steps={t.total_steps}", f"eval_every={t.eval_every}",
                          f"checkpoint_every={t.checkpoint_every}", f"eval.num_envs={t.eval_envs}",
-                         "video.enabled=false"])
+                         "video.enabled=false", f"device={cfg.device}"])
     randomization = RandomizationConfig.from_dict(dict(cfg.randomization))
     specs = []
     for i, quad in enumerate(sample_quadrotors(randomization, cfg.teachers, cfg.seed)):
@@ -158,66 +159,46 @@ class Manifest:
         return [t for t in self.teachers if t["status"] == "done"]
 
 
-def init_ray(cfg: FoundationRunConfig) -> None:
-    """Start (or join, with ``ray.address``) Ray once per process."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    if cfg.ray.address:
-        ray.init(address=cfg.ray.address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=int(cfg.ray.num_cpus), include_dashboard=False, log_to_driver=False)
-
-
 def run_teachers(cfg: FoundationRunConfig, run_dir: Path,
-                 train_fn: Callable[[dict], dict] = train_teacher) -> Manifest:
-    """Train every teacher not yet ``done`` in ``run_dir/manifest.json`` as Ray tasks.
+                 train_fn: Callable[[dict], dict] = train_teacher, executor: Executor | None = None) -> Manifest:
+    """Train every teacher not yet ``done`` in ``run_dir/manifest.json`` as Ray tasks (``robo.ray_tasks``;
+    ``executor``: another ``Executor``, e.g. a serial one in tests).
 
     A task that raises is resubmitted (it resumes from its checkpoint) until it has had
     ``1 + ray.max_retries`` attempts, then marked ``failed`` with the error; raises
     ``RuntimeError`` at the end if any teacher failed (rerun on the same folder to retry them).
     """
-    import ray
-
     specs = teacher_specs(cfg, Path(run_dir))
     manifest = Manifest.open(Path(run_dir) / MANIFEST, specs)
     todo = [s for s in specs if manifest.teachers[s["index"]]["status"] != "done"]
     if not todo:
         return manifest
-    init_ray(cfg)
-    remote = ray.remote(num_cpus=cfg.ray.cpus_per_teacher, max_retries=cfg.ray.max_retries,
-                        retry_exceptions=False)(train_fn)
-    running: dict[Any, dict] = {}
+    if executor is None:
+        executor = RayExecutor(cfg.ray.address, cfg.ray.num_cpus, cpus=cfg.ray.cpus_per_teacher,
+                               max_retries=cfg.ray.max_retries)
 
-    def submit(spec: dict) -> None:
-        t = manifest.teachers[spec["index"]]
-        manifest.update(spec["index"], status="running", attempts=t["attempts"] + 1)
-        running[remote.remote(spec)] = spec
+    def submitted(spec: dict) -> None:
+        manifest.update(spec["index"], status="running", attempts=manifest.teachers[spec["index"]]["attempts"] + 1)
 
-    for spec in todo:
-        submit(spec)
-    while running:
-        ready, _ = ray.wait(list(running), num_returns=1)
-        spec = running.pop(ready[0])
+    def failed(spec: dict, error: str) -> bool:
         i = spec["index"]
-        try:
-            result = ray.get(ready[0])
-        except ray.exceptions.RayError as e:
-            if manifest.teachers[i]["attempts"] <= cfg.ray.max_retries:
-                log.warning("teacher %d failed (%s); retrying from its checkpoint", i, str(e).splitlines()[0])
-                manifest.update(i, error=str(e)[-2000:])
-                submit(spec)
-            else:
-                manifest.update(i, status="failed", error=str(e)[-2000:])
-            continue
-        manifest.update(i, status="done", **result)
-        log.info("teacher %d (%.3f kg) done in %.0f s: median error %.3f m, crashes %d", i, spec["config"]["robot"]
-                 ["mass"], result["wall_s"], result["score"]["final_median_position_error"],
+        if manifest.teachers[i]["attempts"] <= cfg.ray.max_retries:
+            log.warning("teacher %d failed (%s); retrying from its checkpoint", i, error.splitlines()[0])
+            manifest.update(i, error=error[-2000:])
+            return True
+        manifest.update(i, status="failed", error=error[-2000:])
+        return False
+
+    def done(spec: dict, result: dict) -> None:
+        manifest.update(spec["index"], status="done", **result)
+        log.info("teacher %d (%.3f kg) done in %.0f s: median error %.3f m, crashes %d", spec["index"],
+                 spec["config"]["robot"]["mass"], result["wall_s"], result["score"]["final_median_position_error"],
                  result["score"]["crashes"])
-    failed = [t["index"] for t in manifest.teachers if t["status"] == "failed"]
-    if failed:
-        raise RuntimeError(f"teachers {failed} failed after {1 + cfg.ray.max_retries} attempts (see "
+
+    fan_out(train_fn, todo, executor, on_submit=submitted, on_done=done, on_error=failed)
+    failed_ids = [t["index"] for t in manifest.teachers if t["status"] == "failed"]
+    if failed_ids:
+        raise RuntimeError(f"teachers {failed_ids} failed after {1 + cfg.ray.max_retries} attempts (see "
                            f"{manifest.path}); rerun with resume={run_dir} to retry them")
     return manifest
 
