@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from robo.evaluate import rollout
 from robo.factory import make_policy
+from robo.imitation.distributed import Ranks
 from robo.media import write_flight_media
 from robo.plots import plot_learning_curve
 from robo.rl.trainer import BEST, LATEST, Trainer
@@ -27,6 +28,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     if is_imitation(saved_config(cfg.resume, "train") if cfg.resume else cfg):
         return run_imitation(cfg, run_dir)
+    if Ranks.from_env().world > 1:
+        raise ValueError("torchrun trains imitation policies (policy=diffusion|energy ...); RL training is one "
+                         "process: run robo train without torchrun")
     cfg, run_dir = start_run(cfg, run_dir, RESUMABLE_CHANGES, "train")  # resume=<run>: the run's own config
     given = [k for k in IMITATION_ONLY if cfg.get(k) is not None]
     if given:

@@ -124,3 +124,13 @@ def test_torchrun_trains_and_resumes_an_imitation_policy_from_the_cli(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert '"step": 6' in (run / "metrics.json").read_text()
+
+
+def test_rl_training_refuses_torchrun(monkeypatch, tmp_path):
+    from omegaconf import OmegaConf
+
+    from robo.commands.train import run
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="RL training is one process"):
+        run(OmegaConf.create({"policy": None, "task": {"name": "hover"}, "resume": None}), tmp_path)
