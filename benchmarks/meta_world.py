@@ -1,0 +1,113 @@
+"""Meta-World benchmark: per task, record the scripted expert's demos, train each policy on them, evaluate it.
+
+    python benchmarks/meta_world.py --tasks easy --demos 10 --policies diffusion,energy --budget 20000 \
+        --episodes 50 [--obs state|image] [--out runs/bench/metaworld/<name>] [KEY=VALUE ...]
+
+``--tasks``: ``easy`` | ``medium`` | ``hard`` | ``all`` (the eight tasks of ``sims.metaworld.tasks``) or
+comma-separated Meta-World env names (any of the 50). For each task, ``robo record task=metaworld`` writes
+``--demos`` successful expert episodes (attempt i reset with seed ``--seed`` + i; the attempts give the
+expert's success rate), then for each of ``--policies`` ``robo train task=metaworld policy=<kind>
+dataset=<those demos>`` trains ``--budget`` steps (its task_policy preset, configs/task_policy/metaworld_*.yaml)
+and evaluates the policy on ``--episodes`` fresh seeds (100000.., never a demo's) with Meta-World's success
+signal; ``--obs image`` uses task=metaworld_image. KEY=VALUE words are Hydra overrides of configs/train.yaml for
+every training run (``threads=2``, ``policy.train.batch_size=128``). Each step is robo's own command, run in
+this process; the run folders are kept under ``--out``. Prints one table: task, difficulty, expert success,
+demos kept, policy, success over the episodes, latency per chunk (median ms of one ``predict_chunk`` at
+batch 1, 1 thread), and wall time (record + train + evaluate, s). (Named meta_world.py: a benchmarks/metaworld.py
+would shadow the metaworld package, this folder being first on sys.path.)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from policies.registry import load_policy
+from robo.commands import record, train
+from sims.metaworld.env import env_names
+from sims.metaworld.tasks import DIFFICULTY, select_tasks
+from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
+from imitation import chunk_latency_ms  # benchmarks/imitation.py, beside this script
+from table import print_table
+
+COLUMNS = ["task", "difficulty", "expert_success", "demos", "policy", "success", "episodes", "latency_ms",
+           "train_steps", "wall_s"]
+
+
+def record_demos(ap, group: str, name: str, args, out: Path) -> dict:
+    """``robo record task=<group> task.name=<name>``: the expert's demos at ``out / name / demos``."""
+    cfg = command_config(ap, "record", [f"task={group}", f"task.name={name}", f"episodes={args.demos}",
+                                        f"out={out / name / 'demos'}", f"obs={args.obs}", f"seed={args.seed}",
+                                        "overwrite=true"])
+    run_dir = out / name / "record"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return record.run(cfg, run_dir)
+
+
+def train_config(ap, group: str, name: str, kind: str, args, out: Path):
+    """The config of ``robo train task=<group> task.name=<name> policy=<kind> dataset=<demos>`` (a bad override
+    or policy ends the benchmark with one line)."""
+    return command_config(ap, "train", [f"task={group}", f"task.name={name}", f"policy={kind}",
+                                        f"dataset={out / name / 'demos'}", f"policy.train.steps={args.budget}",
+                                        "policy.train.eval_every=0", f"task.eval.episodes={args.episodes}",
+                                        f"seed={args.seed}", *args.overrides])
+
+
+def train_policy(ap, group: str, name: str, kind: str, args, out: Path) -> tuple[dict, Path]:
+    """``robo train`` of ``train_config``: (its results, run folder)."""
+    cfg = train_config(ap, group, name, kind, args, out)
+    run_dir = out / name / kind
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return train.run(cfg, run_dir), run_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__, "train", "threads=2 policy.train.batch_size=128")
+    ap.add_argument("--tasks", default="easy", help="easy | medium | hard | all | comma-separated env names")
+    ap.add_argument("--demos", type=int, default=10, help="successful expert demos per task")
+    ap.add_argument("--policies", default="diffusion,energy", help="comma-separated imitation policy kinds")
+    ap.add_argument("--budget", type=int, default=20000, help="training steps per policy")
+    ap.add_argument("--episodes", type=int, default=50, help="evaluation episodes per policy (fresh seeds)")
+    ap.add_argument("--obs", choices=("state", "image"), default="state")
+    ap.add_argument("--seed", type=int, default=0, help="demo reset seeds start here; the training seed")
+    ap.add_argument("--out", default=None, help="folder of the runs (default runs/bench/metaworld/<time>)")
+    ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    args = parse(ap, argv)
+    try:
+        tasks = select_tasks(args.tasks, env_names())
+    except (ValueError, ImportError) as e:
+        fail(ap, str(e))
+    if args.demos < 1 or args.budget < 1 or args.episodes < 1:
+        fail(ap, f"--demos, --budget and --episodes must be >= 1, got {args.demos}, {args.budget}, {args.episodes}")
+    kinds = [k.strip() for k in args.policies.split(",") if k.strip()]
+    group = "metaworld" if args.obs == "state" else "metaworld_image"
+    out = Path(args.out or f"runs/bench/metaworld/{datetime.now():%Y-%m-%d_%H-%M-%S}")
+    for kind in kinds:   # check every training config before anything is recorded
+        train_config(ap, group, tasks[0], kind, args, out)
+    torch.set_num_threads(1)
+    rows = []
+    for name in tasks:
+        t0 = time.time()
+        rec = record_demos(ap, group, name, args, out)
+        record_s = time.time() - t0
+        for kind in kinds:
+            t1 = time.time()
+            result, run_dir = train_policy(ap, group, name, kind, args, out)
+            wall = record_s + time.time() - t1
+            torch.set_num_threads(1)   # the latency is measured on one thread, whatever the run used
+            latency, _ = chunk_latency_ms(load_policy(run_dir / "checkpoints" / "latest" / "policy"))
+            rows.append({"task": name, "difficulty": DIFFICULTY.get(name, "-"),
+                         "expert_success": rec["expert_success_rate"], "demos": rec["episodes"], "policy": kind,
+                         "success": result["success_rate"], "episodes": result["episodes"], "latency_ms": latency,
+                         "train_steps": result["step"], "wall_s": wall, "run": str(run_dir)})
+    print_table(rows, COLUMNS)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
