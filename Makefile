@@ -10,7 +10,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LEROBOT_VENV ?= $(HOME)/.cache/robo/lerobot-0.4.4
 export ROBO_LEROBOT_PYTHON := $(LEROBOT_VENV)/bin/python
 
-.PHONY: setup lerobot run test test-all bench clean
+.PHONY: setup lerobot run test test-all bench wheels clean
 
 setup: $(VENV)/.installed
 
@@ -44,6 +44,23 @@ test-all: setup lerobot
 
 bench: setup        ## simulator throughput table
 	$(PY) benchmarks/sim_throughput.py
+
+# Wheels of robo's dependencies but torch (exact versions as installed here) for a Linux x86_64 machine with its
+# own Python and CUDA torch and no package index (docs/guide/gpu.md). WHEELS=bench: what benchmarks/gpu.py
+# imports; WHEELS=all: robo's core dependencies. Sdist-only ones (antlr4-python3-runtime) come as sdists.
+# They are split into dist/wheels/part-1, part-2, ... of at most WHEEL_PART_MIB each.
+WHEELS        ?= bench
+WHEELS_PYTHON ?= 3.12
+# dist/wheels/part-<n>: each fits one device run's carry (64 MiB with the source)
+WHEEL_PART_MIB ?= 60
+WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
+                     manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64,--platform $(p))
+wheels:             ## dist/wheels: the dependencies but torch, for a GPU machine without an index
+	mkdir -p dist/wheels
+	$(PY) benchmarks/gpu.py --requirements $(WHEELS) > dist/wheels/requirements.txt
+	$(PY) -m pip download -q --no-deps --prefer-binary --python-version $(WHEELS_PYTHON) $(WHEEL_PLATFORMS) \
+	  -d dist/wheels -r dist/wheels/requirements.txt
+	$(PY) benchmarks/gpu.py --split-wheels dist/wheels --part-mib $(WHEEL_PART_MIB)
 
 clean:
 	rm -rf $(VENV) runs multirun .pytest_cache
