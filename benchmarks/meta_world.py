@@ -48,11 +48,12 @@ def record_demos(ap, group: str, name: str, args, out: Path) -> dict:
     return record.run(cfg, run_dir)
 
 
-def train_config(ap, group: str, name: str, kind: str, args, out: Path):
+def train_config(ap, group: str, name: str, kind: str, args, out: Path, recorded: bool = True):
     """The config of ``robo train task=<group> task.name=<name> policy=<kind> dataset=<demos>`` (a bad override
-    or policy ends the benchmark with one line)."""
+    or policy ends the benchmark with one line); before the demos are ``recorded``, with ``demos=<n>`` instead."""
+    data = f"dataset={out / name / 'demos'}" if recorded else f"demos={args.demos}"
     return command_config(ap, "train", [f"task={group}", f"task.name={name}", f"policy={kind}",
-                                        f"dataset={out / name / 'demos'}", f"policy.train.steps={args.budget}",
+                                        data, f"policy.train.steps={args.budget}",
                                         "policy.train.eval_every=0", f"task.eval.episodes={args.episodes}",
                                         f"seed={args.seed}", *args.overrides])
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     group = "metaworld" if args.obs == "state" else "metaworld_image"
     out = Path(args.out or f"runs/bench/metaworld/{datetime.now():%Y-%m-%d_%H-%M-%S}")
     for kind in kinds:   # check every training config before anything is recorded
-        train_config(ap, group, tasks[0], kind, args, out)
+        train_config(ap, group, tasks[0], kind, args, out, recorded=False)
     torch.set_num_threads(1)
     rows = []
     for name in tasks:
