@@ -62,6 +62,7 @@ from .betaflight_sitl import (PORT_PWM, PORT_RC, PORT_STATE, RcMapping, attitude
                               unpack_servo)
 
 POLLED = (msp.MSP_ATTITUDE, msp.MSP_RAW_IMU, msp.MSP_STATUS)
+ROBO_FROM_MSP_MOTOR = [1, 0, 2, 3]  # robo [FR, BR, BL, FL] = MSP_MOTOR's Betaflight motors 1..4 [RR, FR, RL, FL][.]
 REPLY_TIMEOUT = 0.25  # s after which an unanswered message no longer holds back the next of its kind
 
 
@@ -128,18 +129,22 @@ class BetaflightRobot:
         msp_version: 1 or 2 for the frames robo sends (Betaflight answers in the same version).
         acc_1g: MSP_RAW_IMU accelerometer counts per g (512 on most boards, 256 in SITL).
         position_source: () -> (position (3,), velocity (3,)) world FLU, from mocap/VIO; None: NaN.
+        read_motors: also poll MSP_MOTOR (in the same bundle): ``read_state().extra["motors"]`` is then the
+            firmware's motor outputs (4,) in robo's order, (us - 1000) / 1000 in [0, 1], as old as the attitude.
     """
 
     name = "betaflight"
 
     def __init__(self, address: str = "tcp://127.0.0.1:5761", rate_hz: float = 50.0, link_timeout: float = 0.5,
                  mapping: RcMapping = RcMapping(), msp_version: int = 1, acc_1g: float = 512.0,
-                 position_source=None):
+                 position_source=None, read_motors: bool = False):
         if msp_version not in (1, 2):
             raise ValueError(f"msp_version must be 1 or 2, got {msp_version}")
         self.address, self.rate_hz, self.link_timeout = address, rate_hz, link_timeout
         self.mapping, self.msp_version, self.acc_1g = mapping, msp_version, acc_1g
         self.position_source = position_source
+        self.polled = POLLED + ((msp.MSP_MOTOR,) if read_motors else ())
+        self._motors: np.ndarray | None = None
         self._waiters: dict[int, queue.Queue] = {}
         self.parser = msp.MspParser()
         self.rejected = Counter({"short_payload": 0, "error_reply": 0, "unexpected": 0, "no_reply": 0})
@@ -168,7 +173,7 @@ class BetaflightRobot:
         self._running.set()
         self._threads = start_loops("BetaflightRobot", (self._reader,))
         try:
-            self._bundle = len(self.request(msp.MSP_MULTIPLE_MSP, bytes(POLLED), timeout=0.3)) > 0
+            self._bundle = len(self.request(msp.MSP_MULTIPLE_MSP, bytes(self.polled), timeout=0.3)) > 0
         except RobotError:
             self._bundle = False  # an older firmware (or a stand-in): poll one message at a time
         self._threads += start_loops("BetaflightRobot", (self._poller,))
@@ -204,9 +209,9 @@ class BetaflightRobot:
             tick += 1
             if self._bundle:
                 if tick % 2 == 0 and not self._waiters:  # 1.5 messages a cycle: the firmware serves ~100/s
-                    self._send(msp.MSP_MULTIPLE_MSP, bytes(POLLED))
+                    self._send(msp.MSP_MULTIPLE_MSP, bytes(self.polled))
             else:
-                for command in POLLED:
+                for command in self.polled:
                     self._send(command)
             time.sleep(period)
 
@@ -240,9 +245,9 @@ class BetaflightRobot:
             return
         try:
             if frame.command == msp.MSP_MULTIPLE_MSP:
-                for command, payload in zip(POLLED, msp.unpack_multiple(frame.payload)):
+                for command, payload in zip(self.polled, msp.unpack_multiple(frame.payload)):
                     self._store(command, payload)
-            elif frame.command in POLLED:
+            elif frame.command in self.polled:
                 self._store(frame.command, frame.payload)
             else:
                 return  # the ack of an MSP_SET_*
@@ -258,6 +263,11 @@ class BetaflightRobot:
         elif command == msp.MSP_RAW_IMU:
             acc, gyro, _ = msp.unpack_raw_imu(payload)
             self._acc, self._gyro = np.asarray(acc) / self.acc_1g, gyro
+        elif command == msp.MSP_MOTOR:
+            us = np.frombuffer(payload[:8], dtype="<u2").astype(np.float64) if len(payload) >= 8 else None
+            if us is None:
+                raise ValueError(f"MSP_MOTOR reply has {len(payload)} bytes, expected >= 8")
+            self._motors = np.clip((us[ROBO_FROM_MSP_MOTOR] - 1000.0) / 1000.0, 0.0, 1.0)
         else:
             self._flags = msp.unpack_status(payload)[1]
 
@@ -279,7 +289,7 @@ class BetaflightRobot:
         """
         if self._link is None:
             raise RobotError("the Betaflight driver is not connected; call connect() first")
-        if command in POLLED:
+        if command in self.polled:
             raise ValueError(f"MSP command {command} is polled by the driver; read it through read_state()")
         box: queue.Queue = queue.Queue()
         self._waiters[command] = box
@@ -328,7 +338,8 @@ class BetaflightRobot:
                           quaternion=betaflight_attitude_to_quat(*self._attitude),
                           angular_velocity=betaflight_gyro_to_flu(self._gyro), armed=bool(self._flags & 1),
                           extra={"acc_g": self._acc, "attitude_deg": self._attitude,
-                                 "rejected": {**self.parser.rejected, **self.rejected}})
+                                 "rejected": {**self.parser.rejected, **self.rejected},
+                                 "motors": None if self._motors is None else self._motors.copy()})
 
     def _set_rc(self, roll: float, pitch: float, yaw_rate: float, thrust: float) -> None:
         self._rc = attitude_to_rc(roll, pitch, yaw_rate, thrust, self._arm_request, self.mapping)

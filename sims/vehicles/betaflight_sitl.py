@@ -15,7 +15,7 @@ against the real SITL (``sims.vehicles.betaflight_firmware``).
 
 ``BetaflightMSPServer`` is a flight controller's MSP port on TCP (Betaflight SITL serves UART1
 on 5761): frames are decoded and encoded with ``pymsp`` (MSP v1 and v2). It answers
-MSP_ATTITUDE, MSP_RAW_IMU, MSP_STATUS from a ``SimVehicle``, flies MSP_SET_RAW_RC sticks in angle
+MSP_ATTITUDE, MSP_RAW_IMU, MSP_STATUS, MSP_MOTOR from a ``SimVehicle``, flies MSP_SET_RAW_RC sticks in angle
 mode (arming on AUX1 with throttle low) and records MSP_SET_MOTOR while disarmed (motor test).
 """
 
@@ -38,7 +38,7 @@ MSPStreamProcessor, MSPv1, MSPv2 = _pymsp.MSPStreamProcessor, _pymsp.MSPv1, _pym
 FDM_FORMAT, RC_FORMAT, SERVO_FORMAT = "<18d", "<d16H", "<4f"
 MAX_ANGLE, MAX_YAW_RATE = math.radians(60.0), math.radians(400.0)
 ARM_CHANNEL = 4
-MSP_STATUS, MSP_RAW_IMU, MSP_ATTITUDE, MSP_SET_RAW_RC, MSP_SET_MOTOR = 101, 102, 108, 200, 214
+MSP_STATUS, MSP_RAW_IMU, MSP_MOTOR, MSP_ATTITUDE, MSP_SET_RAW_RC, MSP_SET_MOTOR = 101, 102, 104, 108, 200, 214
 
 
 def sticks_to_setpoint(channels) -> tuple[float, float, float, float]:
@@ -193,6 +193,9 @@ class BetaflightMSPServer:
             gyro = np.degrees(s.angular_velocity) * 16.4  # sensor counts, FLU (as Betaflight 4.6 sends them)
             acc = s.specific_force / 9.81 * self.acc_1g
             out = struct.pack("<9h", *(round(a) for a in acc), *(round(g) for g in gyro), 0, 0, 0)
+        elif cmd == MSP_MOTOR:  # Betaflight's motors 1..4 = RR, FR, RL, FL; PWM us (1000 = off)
+            m = self.vehicle.commanded if self.vehicle.armed else np.zeros(4)
+            out = struct.pack("<8H", *(1000 + round(1000 * float(x)) for x in m[[1, 0, 2, 3]]), 0, 0, 0, 0)
         elif cmd == MSP_STATUS:
             out = struct.pack("<HHHIB", 125, 0, 1, int(self.vehicle.armed), 0)
         elif cmd == MSP_SET_RAW_RC:

@@ -121,6 +121,7 @@ class SimVehicle:
         self._attitude: tuple[float, float, float, float] | None = None
         self._specific_force = np.array([0.0, 0.0, float(np.linalg.norm(self.params.gravity))])
         self.armed = False
+        self.commanded = np.zeros(4)  # motor commands (4,) in [0, 1] of the last step (FR, BR, BL, FL)
         self._loops = BackgroundLoops("SimVehicle")
 
     @property
@@ -164,6 +165,7 @@ class SimVehicle:
                 motors = attitude_to_motors(state, *self._attitude, self.params)
             else:
                 motors = self._motors
+            self.commanded = motors  # what a flight controller reports as its motor outputs (MSP_MOTOR)
             v0 = state[7:10].copy()
             action = torch.as_tensor(2 * motors - 1, dtype=torch.float64)[None]
             new = self._sim.step(action, validate=False)[0].numpy()
