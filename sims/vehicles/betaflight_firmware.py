@@ -15,7 +15,10 @@ and integrates ``params.dt`` with those motors. Optionally RC goes in on UDP 900
 Timing: the stock SITL has no lockstep (``SIMULATOR_GYROPID_SYNC`` is off in its ``target.h``): its
 scheduler runs on its own clock, which it scales by (sim time / wall time) between state packets. So
 the physics runs in **real time**: steps are paced to the wall clock (``mode == "real time"``); a late
-step shifts the schedule instead of bursting, so the firmware's clock follows sim time. ``rates()``
+step shifts the schedule instead of bursting, and no two state packets leave closer than ``MIN_SPACING`` steps
+apart (the firmware rescales its clock from each packet pair's spacing), so the firmware's clock follows sim time.
+``start`` returns once the firmware answers state packets, and starts a fresh process when one does not (see
+``_until_answering``). ``rates()``
 reports the achieved step rate and the share of steps the firmware answered in time.
 
 Conventions the firmware expects (``src/platform/SIMULATOR/sitl.c``, ``src/main/flight/imu.c``), robo
@@ -59,6 +62,7 @@ FDM, RC, SERVO = struct.Struct("<18d"), struct.Struct("<d16H"), struct.Struct("<
 ROBO_FROM_PACKET = [0, 3, 1, 2]  # robo [FR, BR, BL, FL] = packet [FR, RL, FL, RR][ROBO_FROM_PACKET]
 ORIGIN = (47.0, 8.0, 400.0)  # lat deg, lon deg, alt m of the local origin (virtual GPS)
 EARTH_RADIUS, GRAVITY = 6378137.0, 9.80665
+MIN_SPACING = 0.75  # state packets are at least this many physics steps apart (see _physics)
 
 
 class FirmwareUnavailable(RuntimeError):
@@ -201,12 +205,13 @@ class BetaflightFirmware:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._running = threading.Event()
+        self._quiet = threading.Event()  # set: the physics steps but sends no state packets (a restart)
         self._batch = ParamsBatch.from_params(self.params, dtype=torch.float64)
         self._sim = BatchedQuadrotorSim(self._batch)
         self._state = np.zeros(17)
         self._motors = np.zeros(4)
         self.time = 0.0
-        self.counts = {"steps": 0, "replies": 0, "late": 0, "rejected": 0}
+        self.counts = {"steps": 0, "replies": 0, "late": 0, "rejected": 0, "restarts": 0}
         self.motor_log: list[tuple[float, float, np.ndarray]] = []  # (wall s, sim s, motors) when log_motors
         self.log_motors = False
         self._t_start = 0.0
@@ -232,7 +237,40 @@ class BetaflightFirmware:
         self._running.set()
         self._thread = threading.Thread(target=self._physics, name="BetaflightFirmware.physics", daemon=True)
         self._thread.start()
+        try:
+            self._until_answering(binary)
+        except BaseException:
+            self.close()
+            raise
         return self
+
+    def _until_answering(self, binary: Path, attempts: int = 4, replies: int = 25, timeout: float = 3.0) -> None:
+        """Wait until the firmware answers state packets; restart a process that does not.
+
+        Now and then (1 start in ~8 on a loaded 2-core machine) the stock SITL answers the first state packet and
+        then none: its clock, which ``sitl.c`` rescales by the state packets' timing, crawls (``BOOTGRACE`` does
+        not clear within a minute) and its control loop stops while MSP still answers. A 0.7 s pause in the state
+        stream (its 500 ms resync path) does not revive it; a fresh process does.
+        """
+        for attempt in range(attempts):
+            start = self.counts["replies"]
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.counts["replies"] - start >= replies:
+                    return
+                if not self.alive:
+                    raise FirmwareUnavailable(f"Betaflight SITL exited (code {self._proc.returncode}); "
+                                              f"see {self.run_dir / 'sitl.log'}")
+                time.sleep(0.01)
+            self.counts["restarts"] += 1
+            self._quiet.set()  # no state packets into the new process's start-up
+            try:
+                self._stop_process()
+                self._spawn(binary)
+            finally:
+                self._quiet.clear()
+        raise FirmwareUnavailable(f"Betaflight SITL answered fewer than {replies} state packets within {timeout} s "
+                                  f"in {attempts} starts; see {self.run_dir / 'sitl.log'}")
 
     def _spawn(self, binary: Path) -> None:
         log = open(self.run_dir / "sitl.log", "ab")
@@ -258,6 +296,7 @@ class BetaflightFirmware:
             except subprocess.TimeoutExpired:
                 self._stop_process()
         self._spawn(self.binary or sitl_binary())
+        self._until_answering(self.binary or sitl_binary())
 
     @property
     def alive(self) -> bool:
@@ -353,8 +392,10 @@ class BetaflightFirmware:
             with self._lock:
                 state, sf = self._state.copy(), self._specific_force.copy()
             self._drain()  # replies to earlier, late steps
+            sent = time.monotonic()
             try:
-                self._out.sendto(fdm_packet(self.time + dt, state, sf), ("127.0.0.1", PORT_STATE))
+                if not self._quiet.is_set():
+                    self._out.sendto(fdm_packet(self.time + dt, state, sf), ("127.0.0.1", PORT_STATE))
             except OSError:
                 return
             motors = self._receive_motors(self.reply_timeout)
@@ -364,7 +405,10 @@ class BetaflightFirmware:
             else:
                 self.counts["replies"] += 1
             self._step(motors, dt)
-            next_t += dt
+            # The SITL's clock runs at (packet time step) / (wall time between the last two packets it read) until
+            # the next packet: two packets sent back to back after a late step make it race (x20 for a 0.2 ms gap).
+            # So no two packets leave closer than MIN_SPACING steps apart.
+            next_t = max(next_t + dt, sent + MIN_SPACING * dt)
             delay = next_t - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
