@@ -87,7 +87,8 @@ def data_parallel(policy, ranks: Ranks, device: torch.device) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(loss, device_ids=ids, find_unused_parameters=False)
+    # some policies hold parameters their loss does not use (e.g. inference-only ones): DDP must not wait for them
+    return DistributedDataParallel(loss, device_ids=ids, find_unused_parameters=True)
 
 
 def barrier(ranks: Ranks) -> None:
