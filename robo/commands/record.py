@@ -23,7 +23,7 @@ from robo.run_dir import seed_run, write_json, write_resolved_config
 
 log = logging.getLogger(__name__)
 QUADROTOR_TASKS = ("hover", "waypoint", "figure_eight")
-PUSHT_TASKS = ("pusht", "gym_pusht")  # robo's MuJoCo push-T and gym-pusht (the community's)
+PUSHT_TASKS = ("pusht", "pusht_matched", "gym_pusht")  # robo's MuJoCo push-T, the same matched to gym-pusht, gym-pusht
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -48,7 +48,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                                            env=(task.get("env_kwargs") or {}).get("config"), **common)
         elif kind == "expert":
             result = record_pusht(out, int(c["episodes"]), obs=c["obs"], expert=policy, video=bool(c["video"]),
-                                  gym_pusht=task["name"] == "gym_pusht", **common)
+                                  sim=task["name"], **common)
         else:
             raise ValueError(f"policy={kind!r}: push-T episodes come from the scripted expert (policy=expert) or "
                              f"from an imitation policy (policy=checkpoint policy.path=<folder>)")

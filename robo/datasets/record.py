@@ -60,23 +60,30 @@ def _add_pusht_episode(writer: DatasetWriter, ep: dict, obs: str = "state") -> N
 
 def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int = 0, keep_failures: bool = False,
                  overwrite: bool = False, progress: bool = True, expert: dict | None = None,
-                 env: dict | None = None, video: bool = False, gym_pusht: bool = False) -> dict:
-    """Run the scripted expert for ``episodes`` kept episodes and write them to ``out``: in robo's MuJoCo push-T
-    (``env``: ``PushTConfig`` overrides), or with ``gym_pusht`` in gym-pusht (the adapted expert, its 10 Hz
-    control, its 96 px image and its success: coverage > 0.95)."""
+                 env: dict | None = None, video: bool = False, sim: str = "pusht") -> dict:
+    """Run the scripted expert for ``episodes`` kept episodes and write them to ``out``. ``sim``: ``"pusht"``,
+    robo's MuJoCo push-T (``env``: ``PushTConfig`` overrides); ``"pusht_matched"``, the same matched to
+    gym-pusht (the adapted expert); ``"gym_pusht"``, gym-pusht itself (the adapted expert, its 10 Hz control,
+    its 96 px image and its success: coverage > 0.95)."""
     from sims.pusht import PushTConfig
 
-    if gym_pusht:
+    if sim == "gym_pusht":
         from sims.pusht.gym_pusht_demos import iter_demos
 
         demos = iter_demos(episodes, seed, obs, keep_failures, expert=expert)
         fps, image_size, succeeded = 10.0, 96, lambda coverage: coverage > 0.95
-    else:
-        from sims.pusht.demos import iter_demos
+    elif sim in ("pusht", "pusht_matched"):
+        if sim == "pusht":
+            from sims.pusht.demos import iter_demos
+        else:
+            from sims.pusht.matched import GYM_PUSHT_MATCHED, iter_demos
 
+            env = {**GYM_PUSHT_MATCHED, **(env or {})}
         cfg = PushTConfig.from_dict(env)
         demos = iter_demos(episodes, seed, obs, keep_failures, expert=expert, env=env)
         fps, image_size, succeeded = cfg.control_hz, cfg.image_size, lambda coverage: coverage >= cfg.success_threshold
+    else:
+        raise ValueError(f"sim={sim!r}; choose 'pusht', 'pusht_matched' or 'gym_pusht'")
     features = pusht_features(obs, image_size, video)
     t0 = time.time()
     last_attempt, frames, successes = -1, 0, 0

@@ -37,7 +37,7 @@ def test_gym_pusht_dataset_replays_to_success_in_gym_pusht(tmp_path):
 
     from sims.pusht.gym_pusht import MAKE_ID
 
-    summary = record_pusht(tmp_path / "ds", episodes=2, seed=3, progress=False, gym_pusht=True)
+    summary = record_pusht(tmp_path / "ds", episodes=2, seed=3, progress=False, sim="gym_pusht")
     ds = LeRobotDataset(tmp_path / "ds")
     assert ds.num_episodes == 2 and summary["expert_success_rate"] == 1.0 and ds.fps == 10.0
     ep = ds.episode(1)
@@ -128,3 +128,12 @@ def test_killed_recording_leaves_no_dataset(tmp_path):
     assert not (tmp_path / "ds").exists()
     with pytest.raises(FileNotFoundError):
         LeRobotDataset(tmp_path / "ds")
+
+
+def test_matched_pusht_dataset_comes_from_the_adapted_expert(tmp_path):
+    summary = record_pusht(tmp_path / "ds", episodes=1, seed=0, progress=False, sim="pusht_matched")
+    ds = LeRobotDataset(tmp_path / "ds")
+    assert ds.num_episodes == 1 and summary["expert_success_rate"] == 1.0
+    assert summary["mean_episode_length"] < 300  # the adapted expert finishes; robo's own planner is slower there
+    with pytest.raises(ValueError, match="sim='mujoco'"):
+        record_pusht(tmp_path / "x", episodes=1, progress=False, sim="mujoco")
