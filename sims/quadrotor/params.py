@@ -180,6 +180,9 @@ def _crazyflie() -> QuadrotorParams:
     # Seconds", 2024): system identification of a Crazyflie 2.1 with SD-card and flow decks.
     # Take-off mass 27 g + decks = 30.6 g; 28 mm x/y rotor offsets; thrust curve fitted on a
     # thrust stand; motor time constants from the manufacturer's step-response plot.
+    # Every value equals that file at rl-tools 48488c58 (2025-08-31, the commit the `l2f` package
+    # builds) and 9acdf5c8; its J was diag(9.114e-6, 9.713e-6, 1.9426e-5) at 95467b26 (2025-03-05)
+    # and diag(1.029e-5, 1.105e-5, 2.005e-5) before.
     return QuadrotorParams(
         name="crazyflie",
         mass=0.027 + 0.0017 + 0.0003 + 0.0016,

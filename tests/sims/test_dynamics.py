@@ -14,13 +14,17 @@ from sims.quadrotor.rotations import (quat_from_axis_angle, quat_mul, quat_rotat
 F64 = torch.float64
 
 
-def sim_for(name="crazyflie", B=1, **changes):
-    return BatchedQuadrotorSim(ParamsBatch.from_params(preset(name, **changes), B, dtype=F64))
+BACKENDS = ["torch", "c"]  # the physics checks hold for both step backends
 
 
+def sim_for(name="crazyflie", B=1, backend="torch", **changes):
+    return BatchedQuadrotorSim(ParamsBatch.from_params(preset(name, **changes), B, dtype=F64), step_backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["crazyflie", "racer5", "x500"])
-def test_hover_command_holds_position(name):
-    sim = sim_for(name)
+def test_hover_command_holds_position(name, backend):
+    sim = sim_for(name, backend=backend)
     a = torch.full((1, 4), preset(name).hover_action, dtype=F64)
     for _ in range(300):
         sim.step(a)
@@ -28,8 +32,9 @@ def test_hover_command_holds_position(name):
     assert sim.state[0, VEL].abs().max() < 1e-9
 
 
-def test_free_fall_matches_kinematics():
-    sim = sim_for()
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_free_fall_matches_kinematics(backend):
+    sim = sim_for(backend=backend)
     s = hover_state(sim.params)
     s[:, MOTOR] = 0.0
     s[:, 2] = 10.0
@@ -44,9 +49,10 @@ def test_free_fall_matches_kinematics():
     assert sim.state[0, 9].item() == pytest.approx(acc * 1.0, abs=1e-9)
 
 
-def test_motor_lag_follows_first_order_response():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_motor_lag_follows_first_order_response(backend):
     p = preset("crazyflie")
-    sim = sim_for()
+    sim = sim_for(backend=backend)
     s = hover_state(sim.params)
     s[:, MOTOR] = 0.0
     sim.reset(s)
@@ -63,27 +69,29 @@ def test_motor_lag_follows_first_order_response():
     assert sim.state[0, 13].item() == pytest.approx(math.exp(-h), abs=h**5 / 60)
 
 
-def _spin_up(delta):
+def _spin_up(delta, backend):
     """Hover plus ``delta`` (4,) on the action; returns body rates after 50 ms."""
     p = preset("crazyflie")
-    sim = sim_for()
+    sim = sim_for(backend=backend)
     a = torch.full((1, 4), p.hover_action, dtype=F64) + torch.tensor(delta, dtype=F64)
     for _ in range(5):
         sim.step(a)
     return sim.state[0, OMEGA]
 
 
-def test_torque_signs_follow_flu_and_motor_order():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torque_signs_follow_flu_and_motor_order(backend):
     # motor order: FR, BR, BL, FL
-    assert _spin_up([0, 0, 0.1, 0.1])[0] > 0, "more thrust on the left rolls right-side down: +x rate"
-    assert _spin_up([0.1, 0, 0, 0.1])[1] < 0, "more thrust in front pitches nose up: -y rate in FLU"
-    w = _spin_up([0, 0.1, 0, 0.1])  # BR and FL: reaction torque +z
+    assert _spin_up([0, 0, 0.1, 0.1], backend)[0] > 0, "more thrust on the left rolls right-side down: +x rate"
+    assert _spin_up([0.1, 0, 0, 0.1], backend)[1] < 0, "more thrust in front pitches nose up: -y rate in FLU"
+    w = _spin_up([0, 0.1, 0, 0.1], backend)  # BR and FL: reaction torque +z
     assert w[2] > 0 and abs(w[0]) < 1e-9 and abs(w[1]) < 1e-9
 
 
-def test_torque_free_rotation_conserves_world_angular_momentum():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torque_free_rotation_conserves_world_angular_momentum(backend):
     J = ((2e-5, 0, 0), (0, 3e-5, 0), (0, 0, 4e-5))
-    sim = sim_for(inertia=J, thrust_curve=((0.0, 0.0, 0.1),) * 4)
+    sim = sim_for(backend=backend, inertia=J, thrust_curve=((0.0, 0.0, 0.1),) * 4)
     s = hover_state(sim.params)
     s[:, MOTOR] = 0.0
     s[:, OMEGA] = torch.tensor([3.0, 0.2, -1.0], dtype=F64)  # near the unstable middle axis: tumbles
@@ -101,11 +109,12 @@ def test_torque_free_rotation_conserves_world_angular_momentum():
     assert torch.isclose(sim.state[0, QUAT].norm(), torch.tensor(1.0, dtype=F64))
 
 
-def test_per_env_parameters_match_single_runs():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_env_parameters_match_single_runs(backend):
     names = ["crazyflie", "x500"]
     params = [preset(n) for n in names]
-    batch = BatchedQuadrotorSim(ParamsBatch.from_params(params, dtype=F64))
-    singles = [sim_for(n) for n in names]
+    batch = BatchedQuadrotorSim(ParamsBatch.from_params(params, dtype=F64), step_backend=backend)
+    singles = [sim_for(n, backend=backend) for n in names]
     g = torch.Generator().manual_seed(0)
     for _ in range(50):
         a = torch.rand(2, 4, generator=g, dtype=F64) * 2 - 1
@@ -116,8 +125,9 @@ def test_per_env_parameters_match_single_runs():
         assert torch.allclose(batch.state[i], s.state[0], atol=1e-12)
 
 
-def test_bad_actions_are_rejected_with_clear_errors():
-    sim = sim_for(B=2)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_actions_are_rejected_with_clear_errors(backend):
+    sim = sim_for(B=2, backend=backend)
     with pytest.raises(ValueError, match=r"action has shape \(2, 3\), expected \(2, 4\)"):
         sim.step(torch.zeros(2, 3, dtype=F64))
     bad = torch.zeros(2, 4, dtype=F64)
