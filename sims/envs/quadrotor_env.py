@@ -80,16 +80,18 @@ class QuadrotorEnv(gym.Env):
         randomization: domain randomization (``RandomizationConfig`` or dict), drawn at every reset.
         dtype: simulation dtype (observations are always float32).
         render_mode: None or ``"rgb_array"`` (MuJoCo offscreen).
+        step_backend: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 100}
 
     def __init__(self, task="hover", robot="crazyflie", param_sampler: ParamSampler | None = None,
                  dtype: torch.dtype = torch.float64, render_mode: str | None = None,
-                 randomization: RandomizationConfig | dict | None = None):
+                 randomization: RandomizationConfig | dict | None = None, step_backend: str = "torch"):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r} not supported; use None or 'rgb_array'")
-        self.core = make_batched_task(task, robot, 1, param_sampler, dtype, randomization=randomization)
+        self.core = make_batched_task(task, robot, 1, param_sampler, dtype, randomization=randomization,
+                                      step_backend=step_backend)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.core.obs_dim,), np.float32)
         self.action_space = ACTION_SPACE
         self.render_mode = render_mode
@@ -140,14 +142,17 @@ class QuadrotorVectorEnv(VectorEnv):
     ``info["level"]`` (B,) the curriculum level each env played (-1 without level replay).
     With ``privileged=True`` observations end with ``privileged_observation`` (14 floats) for an
     asymmetric critic, after the deployable part (22 floats + the task's action history).
+    ``step_backend``: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 1, task="hover", robot="crazyflie",
                  param_sampler: ParamSampler | None = None, dtype: torch.dtype = torch.float32,
-                 privileged: bool = False, randomization: RandomizationConfig | dict | None = None):
-        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged, randomization)
+                 privileged: bool = False, randomization: RandomizationConfig | dict | None = None,
+                 step_backend: str = "torch"):
+        self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged, randomization,
+                                      step_backend)
         self.num_envs = num_envs
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (self.core.obs_dim,), np.float32)
         self.single_action_space = ACTION_SPACE

@@ -170,3 +170,16 @@ def test_compile_cache_is_keyed_by_source_and_defines(tmp_path, monkeypatch):
     src.write_text("int robo_k(void) { return undefined_name; }\n")
     with pytest.raises(RuntimeError, match="compiling k.c failed"):
         shared_library(src, {}, flags)
+
+
+def test_gymnasium_envs_take_the_step_backend():
+    from sims.envs.quadrotor_env import QuadrotorEnv, QuadrotorVectorEnv
+
+    env = QuadrotorEnv(step_backend="c")
+    env.reset(seed=0)
+    obs, *_ = env.step(np.zeros(4, dtype=np.float32))
+    venv = QuadrotorVectorEnv(4, step_backend="c")
+    venv.reset(seed=0)
+    vobs, *_ = venv.step(np.zeros((4, 4), dtype=np.float32))
+    assert env.core.sim.step_backend == venv.core.sim.step_backend == "c"
+    assert env.core.sim.state.dtype == torch.float64 and obs.shape == (22,) and vobs.shape == (4, 22)
