@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 OPT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off")
-WARN_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror")
+WARN_FLAGS = ("-std=c99", "-Wall", "-Wextra")  # no -Werror: a newer compiler's new warning must not stop a build
 
 
 class CompilerNotFound(RuntimeError):
