@@ -52,6 +52,7 @@ def test_the_driver_reads_the_motor_outputs_over_msp_from_the_stand_in():
             robot.close()
 
 
+@pytest.mark.slow  # a 6 s real-time flight; on a loaded 2-core machine the SITL fails safe in about 1 flight of 3
 @pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                     reason="building Betaflight SITL needs gcc and make")
 def test_the_twin_identifies_the_mass_of_the_firmware_flown_quad(tmp_path):
