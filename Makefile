@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	echo torch==2.13.0 > $(VENV)/constraints.txt
-	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e '.[all,test]'
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e '.[all,test,metaworld]'
 	$(PY) -m pip install -q --no-deps gym-pusht==0.1.8
 	touch $@
 
