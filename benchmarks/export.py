@@ -2,7 +2,7 @@
 
 Prints one markdown table: for an MLP 64-64 actor (with observation normalization) and RAPTOR's
 GRU policy, the time of one control step (batch 1) as generated C (``gcc -O2``, timed inside C),
-in onnxruntime (one thread, ``session.run`` from Python) and in torch (one thread, eager, no grad);
+in onnxruntime (one thread, ``InferenceSession.run`` from Python) and in torch (one thread, eager, no grad);
 and the flash size: weights (parameters x 4 bytes) and the compiled step object
 (``gcc -Os -c``, binutils ``size``: text includes the ``static const`` weights in .rodata).
 

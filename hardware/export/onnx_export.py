@@ -63,7 +63,7 @@ def export_onnx(policy, path: str | Path) -> Path:
 
 
 def onnx_runner(onnx_path: str | Path) -> Runner:
-    """A ``Runner`` over an onnxruntime CPU session of ``onnx_path`` (one thread)."""
+    """A ``Runner`` over an onnxruntime CPU ``InferenceSession`` of ``onnx_path`` (one thread)."""
     import onnxruntime as ort
 
     if not Path(onnx_path).is_file():
