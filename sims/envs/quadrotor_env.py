@@ -41,21 +41,23 @@ def make_robot(robot: str | dict | QuadrotorParams) -> QuadrotorParams:
     return preset(d.pop("preset"), **d)
 
 
-def randomization_sampler(randomization: RandomizationConfig | dict,
-                          dtype: torch.dtype = torch.float32) -> ParamSampler:
-    """A ``(n, rng) -> ParamsBatch`` sampler drawing domain-randomized quadrotors."""
+def randomization_sampler(randomization: RandomizationConfig | dict, dtype: torch.dtype = torch.float32,
+                          device: str | torch.device = "cpu") -> ParamSampler:
+    """A ``(n, rng) -> ParamsBatch`` sampler drawing domain-randomized quadrotors (on ``device``)."""
     cfg = randomization if isinstance(randomization, RandomizationConfig) else RandomizationConfig.from_dict(
         dict(randomization))
-    return lambda n, rng: sample_params(cfg, n, rng, dtype=dtype)
+    return lambda n, rng: sample_params(cfg, n, rng, dtype=dtype, device=device)
 
 
 def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_sampler: ParamSampler | None = None,
                       dtype: torch.dtype = torch.float32, privileged: bool = False,
                       randomization: RandomizationConfig | dict | None = None,
-                      step_backend: str = "torch") -> BatchedQuadrotorTask:
+                      step_backend: str = "torch", device: str | torch.device = "cpu") -> BatchedQuadrotorTask:
     """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``).
 
     ``step_backend``: ``"torch"`` or ``"c"`` (the compiled RK4 step, CPU; see ``BatchedQuadrotorSim``).
+    ``device``: a torch device (``"cpu"``, ``"cuda"``, ``"cuda:N"``) for the parameters, states, rewards and
+    randomized parameters; the same seed flies the same episodes on every device (to float32 rounding).
 
     ``randomization`` (a ``RandomizationConfig`` or its dict) draws new parameters for every
     env at every reset; ``param_sampler`` is the general form of the same hook.
@@ -63,10 +65,10 @@ def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_
     if randomization is not None:
         if param_sampler is not None:
             raise ValueError("give either randomization or param_sampler, not both")
-        param_sampler = randomization_sampler(randomization, dtype)
+        param_sampler = randomization_sampler(randomization, dtype, device)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    params = ParamsBatch.from_params(make_robot(robot), num_envs, dtype=dtype)
+    params = ParamsBatch.from_params(make_robot(robot), num_envs, dtype=dtype, device=device)
     return BatchedQuadrotorTask(make_task_config(task), params, param_sampler, privileged, step_backend)
 
 
@@ -81,17 +83,19 @@ class QuadrotorEnv(gym.Env):
         dtype: simulation dtype (observations are always float32).
         render_mode: None or ``"rgb_array"`` (MuJoCo offscreen).
         step_backend: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
+        device: the simulator's torch device (numpy at the gymnasium boundary).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 100}
 
     def __init__(self, task="hover", robot="crazyflie", param_sampler: ParamSampler | None = None,
                  dtype: torch.dtype = torch.float64, render_mode: str | None = None,
-                 randomization: RandomizationConfig | dict | None = None, step_backend: str = "torch"):
+                 randomization: RandomizationConfig | dict | None = None, step_backend: str = "torch",
+                 device: str | torch.device = "cpu"):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r} not supported; use None or 'rgb_array'")
         self.core = make_batched_task(task, robot, 1, param_sampler, dtype, randomization=randomization,
-                                      step_backend=step_backend)
+                                      step_backend=step_backend, device=device)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.core.obs_dim,), np.float32)
         self.action_space = ACTION_SPACE
         self.render_mode = render_mode
@@ -103,7 +107,7 @@ class QuadrotorEnv(gym.Env):
         if seed is not None:
             self.core.seed(seed)
         obs = self.core.reset()
-        return obs[0].numpy(), {}
+        return obs[0].cpu().numpy(), {}
 
     def step(self, action):
         a = np.asarray(action, dtype=np.float64)
@@ -111,11 +115,11 @@ class QuadrotorEnv(gym.Env):
             raise ValueError(f"action has shape {a.shape}, expected (4,)")
         r = self.core.step(torch.as_tensor(a)[None])
         info = {"position_error": float(self.position_error()[0])}
-        return (r.obs[0].numpy(), float(r.reward[0]), bool(r.terminated[0]), bool(r.truncated[0]), info)
+        return (r.obs[0].cpu().numpy(), float(r.reward[0]), bool(r.terminated[0]), bool(r.truncated[0]), info)
 
     def position_error(self) -> np.ndarray:
         ref, _ = self.core.reference()
-        return (self.core.state[:, :3] - ref).norm(dim=-1).numpy()
+        return (self.core.state[:, :3] - ref).norm(dim=-1).cpu().numpy()
 
     def render(self):
         if self.render_mode != "rgb_array":
@@ -124,7 +128,8 @@ class QuadrotorEnv(gym.Env):
 
         if self._renderer is None:
             self._renderer = StateRenderer(self.core.sim.params.to_params(0))
-        return self._renderer.render(self.core.state[0].numpy(), target=self.core.reference()[0][0].numpy())
+        return self._renderer.render(self.core.state[0].cpu().numpy(),
+                                     target=self.core.reference()[0][0].cpu().numpy())
 
     def close(self):
         if self._renderer is not None:
@@ -143,6 +148,9 @@ class QuadrotorVectorEnv(VectorEnv):
     With ``privileged=True`` observations end with ``privileged_observation`` (14 floats) for an
     asymmetric critic, after the deployable part (22 floats + the task's action history).
     ``step_backend``: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
+    ``device``: where the task's tensors live between steps; ``reset`` and ``step`` take and return numpy (the
+    gymnasium API), so each step copies its actions in and its results out once. A consumer on the device
+    steps ``self.core`` (``BatchedQuadrotorTask``) with tensors instead.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
@@ -150,9 +158,9 @@ class QuadrotorVectorEnv(VectorEnv):
     def __init__(self, num_envs: int = 1, task="hover", robot="crazyflie",
                  param_sampler: ParamSampler | None = None, dtype: torch.dtype = torch.float32,
                  privileged: bool = False, randomization: RandomizationConfig | dict | None = None,
-                 step_backend: str = "torch"):
+                 step_backend: str = "torch", device: str | torch.device = "cpu"):
         self.core = make_batched_task(task, robot, num_envs, param_sampler, dtype, privileged, randomization,
-                                      step_backend)
+                                      step_backend, device)
         self.num_envs = num_envs
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (self.core.obs_dim,), np.float32)
         self.single_action_space = ACTION_SPACE
@@ -163,7 +171,7 @@ class QuadrotorVectorEnv(VectorEnv):
         if seed is not None:
             self.core.seed(seed)
             self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
-        return self.core.reset().numpy(), {}
+        return self.core.reset().cpu().numpy(), {}
 
     def step(self, actions):
         a = torch.as_tensor(np.asarray(actions), dtype=self.core.state.dtype)
@@ -171,12 +179,18 @@ class QuadrotorVectorEnv(VectorEnv):
             raise ValueError(f"actions have shape {tuple(a.shape)}, expected ({self.num_envs}, 4)")
         r = self.core.step(a)
         ref, _ = self.core.reference()
-        info: dict[str, Any] = {"position_error": (self.core.state[:, :3] - ref).norm(dim=-1).numpy(),
-                                "level": self.core.levels.numpy().copy()}
+        info: dict[str, Any] = {"position_error": _host((self.core.state[:, :3] - ref).norm(dim=-1)),
+                                "level": _host(self.core.levels).copy()}
         done = r.terminated | r.truncated
         obs = r.obs
-        if bool(done.any()):
-            info["final_obs"] = obs.numpy().copy()
-            info["_final_obs"] = done.numpy().copy()
+        done_host = _host(done)
+        if done_host.any():
+            info["final_obs"] = _host(obs).copy()
+            info["_final_obs"] = done_host.copy()
             obs = self.core.reset(done)
-        return obs.numpy(), r.reward.numpy(), r.terminated.numpy(), r.truncated.numpy(), info
+        return _host(obs), _host(r.reward), _host(r.terminated), _host(r.truncated), info
+
+
+def _host(x: torch.Tensor) -> np.ndarray:
+    """``x`` as a numpy array (a view of a CPU tensor; a copy from any other device)."""
+    return x.cpu().numpy()

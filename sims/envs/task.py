@@ -86,18 +86,24 @@ class BatchedQuadrotorTask:
         privileged: append ``privileged_observation`` (B, 14) to every observation, for
             asymmetric actor-critic training (the actor reads only the first 22 floats).
         step_backend: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
+        device: where the parameters, states, references, rewards and episode counters live (default: the
+            device of ``params``). Steps never leave it; a reset draws its noise on the host with the task's
+            numpy generator (so one seed gives the same episodes on every device) and copies it over once.
     """
 
     def __init__(self, config: QuadrotorTaskConfig, params: ParamsBatch, param_sampler: ParamSampler | None = None,
-                 privileged: bool = False, step_backend: str = "torch"):
+                 privileged: bool = False, step_backend: str = "torch", device: str | torch.device | None = None):
         self.config = config
         self.privileged = privileged
-        self.sim = BatchedQuadrotorSim(params, step_backend)
+        self.sim = BatchedQuadrotorSim(params, step_backend, device)
+        params = self.sim.params
         self.param_sampler = param_sampler
         B, dt = params.batch_size, params.dt
         f = dict(dtype=params.mass.dtype, device=params.mass.device)
+        self.device = params.mass.device
+        i = dict(dtype=torch.long, device=self.device)
         self.max_steps = int(round(config.episode_seconds / dt))
-        self.steps = torch.zeros(B, dtype=torch.long)
+        self.steps = torch.zeros(B, **i)
         self.origin = torch.tensor(config.hover_position, **f).expand(B, 3).clone()  # (B, 3) hover point / waypoint
         # per-episode figure-eight shapes (config.figure_eight_randomization): amplitude (m), rate (rad/s), phase (rad)
         self.amplitude = torch.full((B,), config.figure_eight_amplitude, **f)
@@ -105,10 +111,10 @@ class BatchedQuadrotorTask:
         self.phase = torch.zeros(B, **f)
         self.previous_action = torch.zeros(B, 4, **f)
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
-        self.levels = torch.full((B,), -1, dtype=torch.long)  # curriculum level of each env, -1: none
+        self.levels = torch.full((B,), -1, **i)  # curriculum level of each env, -1: none
         # this episode's push (config.push): world-frame force (B, 3) N from step push_start (B,) (-1: none)
         self.push_force = torch.zeros(B, 3, **f)
-        self.push_start = torch.full((B,), -1, dtype=torch.long)
+        self.push_start = torch.full((B,), -1, **i)
         self.push_steps = max(1, int(round(config.push.duration / dt)))
         self.rng = np.random.default_rng()
 
@@ -166,7 +172,7 @@ class BatchedQuadrotorTask:
         phase = rng.uniform(0, 2 * math.pi, n) if r.random_phase else np.zeros(n)
         if r.hover_fraction > 0:
             amplitude = np.where(rng.uniform(size=n) < r.hover_fraction, 0.0, amplitude)
-        f = dict(dtype=self.amplitude.dtype)
+        f = dict(dtype=self.amplitude.dtype, device=self.device)
         self.amplitude[idx] = torch.as_tensor(amplitude, **f)
         self.omega[idx] = torch.as_tensor(2 * math.pi / period, **f)
         self.phase[idx] = torch.as_tensor(phase, **f)
@@ -184,7 +190,7 @@ class BatchedQuadrotorTask:
     # Reset ------------------------------------------------------------------
     def reset(self, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Reset all envs (or those where ``mask`` (B,) is true); returns (B, obs_dim) observations."""
-        idx = torch.arange(self.num_envs) if mask is None else mask.nonzero().flatten()
+        idx = torch.arange(self.num_envs, device=self.device) if mask is None else mask.nonzero().flatten()
         n = len(idx)
         if n == 0:
             return self.observe()
@@ -193,7 +199,7 @@ class BatchedQuadrotorTask:
             self._assign_params(idx, self.param_sampler(n, rng))
             levels = getattr(self.param_sampler, "last_levels", None)  # set by level-replay samplers
             if levels is not None:
-                self.levels[idx] = torch.as_tensor(levels, dtype=torch.long)
+                self.levels[idx] = torch.as_tensor(levels, dtype=torch.long).to(self.device)
         p = self.sim.params
         f = dict(dtype=p.mass.dtype, device=p.mass.device)
         hover = torch.tensor(cfg.hover_position, **f)
@@ -209,11 +215,11 @@ class BatchedQuadrotorTask:
         # Episodes start around the reference at t = 0; for waypoints the target is elsewhere.
         s[:, POS] = start + torch.as_tensor(_uniform_ball(n, cfg.init.position_radius, rng), **f)
         g = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        s[:, QUAT] = random_quat_within(math.radians(cfg.init.angle_deg), n, g, dtype=s.dtype)
+        s[:, QUAT] = random_quat_within(math.radians(cfg.init.angle_deg), n, g, dtype=s.dtype).to(self.device)
         s[:, VEL] = torch.as_tensor(_uniform_ball(n, cfg.init.velocity, rng), **f)
         s[:, OMEGA] = torch.as_tensor(_uniform_ball(n, cfg.init.angular_velocity, rng), **f)
         if cfg.init.guidance > 0:  # a fraction of episodes starts exactly at the reference, level, at rest
-            at_goal = torch.as_tensor(rng.uniform(size=n) < cfg.init.guidance)
+            at_goal = torch.as_tensor(rng.uniform(size=n) < cfg.init.guidance, device=self.device)
             s[at_goal, POS] = start[at_goal]
             s[at_goal, QUAT] = torch.tensor([1.0, 0.0, 0.0, 0.0], **f)
             s[at_goal, VEL.start:OMEGA.stop] = 0.0
@@ -222,7 +228,7 @@ class BatchedQuadrotorTask:
             s[:, MOTOR] = hover_cmd[:, None]
         else:
             s[:, MOTOR] = torch.as_tensor(rng.uniform(0, 1, (n, 4)), **f)
-        full_mask = torch.zeros(self.num_envs, dtype=torch.bool)
+        full_mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         full_mask[idx] = True
         self.sim.reset(s, full_mask)
         self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
@@ -238,10 +244,12 @@ class BatchedQuadrotorTask:
         dv = rng.uniform(*push.velocity, n)
         heading = rng.uniform(0, 2 * math.pi, n)
         direction = np.stack([np.cos(heading), np.sin(heading), np.zeros(n)], -1)
-        force = torch.as_tensor(direction * (dv / push.duration)[:, None], dtype=self.push_force.dtype)
+        force = torch.as_tensor(direction * (dv / push.duration)[:, None], dtype=self.push_force.dtype,
+                                device=self.device)
         self.push_force[idx] = force * p.mass[idx, None].to(force.dtype)
         start = np.round(rng.uniform(*push.time, n) / self.dt).astype(np.int64)
-        self.push_start[idx] = torch.as_tensor(np.where(rng.uniform(size=n) < push.probability, start, -1))
+        self.push_start[idx] = torch.as_tensor(np.where(rng.uniform(size=n) < push.probability, start, -1),
+                                               device=self.device)
 
     def _assign_params(self, idx: torch.Tensor, new: ParamsBatch) -> None:
         p = self.sim.params
@@ -249,12 +257,13 @@ class BatchedQuadrotorTask:
             raise ValueError(f"sampled parameters have dt={new.dt}, task runs at dt={p.dt}")
         for name, value in vars(new).items():
             if name != "dt":
-                getattr(p, name)[idx] = value.to(getattr(p, name).dtype)
+                getattr(p, name)[idx] = value.to(getattr(p, name).dtype).to(self.device)
 
     # Step ------------------------------------------------------------------
     def step(self, action: torch.Tensor) -> StepResult:
-        """Apply (B, 4) actions in [-1, 1] (clipped); no automatic reset."""
-        action = torch.as_tensor(action, dtype=self.sim.state.dtype)
+        """Apply (B, 4) actions in [-1, 1] (clipped; numpy or a tensor, moved to the task's device); no
+        automatic reset."""
+        action = torch.as_tensor(action, dtype=self.sim.state.dtype, device=self.device)
         check_action(action, self.num_envs)
         action = action.clamp(-1.0, 1.0)
         if self.config.push.probability > 0:
