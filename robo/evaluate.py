@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +15,8 @@ from sims.envs import make_batched_task
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,38 +54,67 @@ class Rollout:
 def rollout(policy: Policy, task: BatchedQuadrotorTask, seconds: float, progress: bool = False) -> Rollout:
     """Reset ``task`` and fly ``policy`` for ``seconds`` without automatic resets.
 
-    Environments that crash are frozen where they crashed and recorded in ``crashed_at``.
+    Environments that crash are frozen where they crashed and recorded in ``crashed_at``. The flight stays on
+    the task's device (``task.device``; the policy's actions are moved there) and is copied to the host once,
+    at the end.
     """
     steps = int(round(seconds / task.dt))
-    B = task.num_envs
+    B, device = task.num_envs, task.device
     obs = task.reset()
     policy.reset()
-    alive = torch.ones(B, dtype=torch.bool)
-    crashed_at = np.full(B, -1)
+    alive = torch.ones(B, dtype=torch.bool, device=device)
+    crashed_at = torch.full((B,), -1, dtype=torch.long, device=device)
     states, refs, actions = [task.state.clone()], [task.reference()[0].clone()], []
     for k in tqdm(range(steps), desc="rollout", disable=not progress, leave=False):
         obs = torch.where(alive[:, None], obs, torch.zeros_like(obs))
-        action = torch.as_tensor(policy.act(obs), dtype=task.state.dtype)
+        action = torch.as_tensor(policy.act(obs), dtype=task.state.dtype, device=device)
         frozen = task.state.clone()
         result = task.step(action)
         newly = result.terminated & alive
-        crashed_at[newly.numpy()] = k + 1
+        crashed_at = torch.where(newly, k + 1, crashed_at)
         alive &= ~result.terminated
-        dead = ~alive
-        if bool(dead.any()):
-            task.sim.state[dead] = torch.where(newly[dead, None], task.sim.state[dead], frozen[dead])
+        # envs that crashed earlier stay where they crashed; those crashing now keep their crash state
+        task.sim.state = torch.where((~alive & ~newly)[:, None], frozen, task.sim.state)
         obs = result.obs
         states.append(task.state.clone())
         refs.append(task.reference()[0].clone())
         actions.append(action.clone())
-    actions.append(torch.full_like(actions[-1], float("nan")) if actions else torch.zeros(B, 4))
+    nan_or_zero = torch.full_like(actions[-1], float("nan")) if actions else torch.zeros(B, 4, device=device)
+    actions.append(nan_or_zero)
     return Rollout(
         times=np.arange(steps + 1) * task.dt,
-        states=torch.stack(states).numpy(),
-        reference=torch.stack(refs).numpy(),
-        actions=torch.stack(actions).numpy(),
-        crashed_at=crashed_at,
+        states=torch.stack(states).cpu().numpy(),
+        reference=torch.stack(refs).cpu().numpy(),
+        actions=torch.stack(actions).cpu().numpy(),
+        crashed_at=crashed_at.cpu().numpy(),
     )
+
+
+def flight_device(spec: str | torch.device | None, policy: Policy, task_sim: dict) -> torch.device:
+    """The device ``robo eval`` flies on: ``spec`` resolved (``robo.device``), or the CPU where the flight cannot
+    run there: the C step backend (``sim.step_backend=c``) is CPU-only, and a policy flies on the device only when
+    its ``act`` of a device tensor answers on that device once its weights are moved there (``move_policy``, tried
+    on a copy; robo's MLP and foundation/RAPTOR policies do). ``policy`` is moved to the returned device."""
+    from robo.device import move_policy, resolve_device
+
+    device = resolve_device(spec)
+    if device.type == "cpu":
+        return device
+    if task_sim.get("step_backend", "torch") != "torch":
+        log.warning("device=%s: sim.step_backend=%s runs on the CPU; flying there", device, task_sim["step_backend"])
+        return torch.device("cpu")
+    try:  # on a copy, so that a policy that cannot fly there is left as it was
+        probe = move_policy(copy.deepcopy(policy), device).act(torch.zeros(1, policy.obs_dim, device=device))
+        ok = isinstance(probe, torch.Tensor) and probe.device.type == device.type
+    except (AttributeError, RuntimeError, TypeError) as e:
+        ok = False
+        log.debug("probe flight on %s failed: %s", device, e)
+    if not ok:
+        log.warning("device=%s: %s does not act on %s tensors; flying on the CPU", device, type(policy).__name__,
+                    device.type)
+        return torch.device("cpu")
+    move_policy(policy, device)
+    return device
 
 
 def flight_metrics(r: Rollout, success_radius: float = 0.10) -> dict[str, float]:
@@ -110,7 +143,7 @@ def flight_metrics(r: Rollout, success_radius: float = 0.10) -> dict[str, float]
 def make_fleet_task(task: dict | str, quads: list[QuadrotorParams], k: int, seed: int) -> BatchedQuadrotorTask:
     """A batched task with ``k`` envs per quadrotor, group-major (env b flies ``quads[b // k]``), seeded."""
     task_ = make_batched_task(task, quads[0], len(quads) * k)
-    task_.sim.set_params(ParamsBatch.from_params([q for q in quads for _ in range(k)]))
+    task_.sim.set_params(ParamsBatch.from_params([q for q in quads for _ in range(k)], device=task_.device))
     task_.seed(seed)
     return task_
 

@@ -10,20 +10,23 @@ import torch
 from policies.base import Policy
 from policies.foundation import load_raptor
 from policies.registry import known_kinds, load_policy
+from robo.device import resolve_device
 from sims.envs import BatchedQuadrotorTask, make_batched_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], num_envs: int,
-              seed: int | None = None) -> BatchedQuadrotorTask:
-    """A seeded batched task of ``num_envs`` quadrotors from task, robot and sim config nodes."""
+              seed: int | None = None, device: str | torch.device | None = "cpu") -> BatchedQuadrotorTask:
+    """A seeded batched task of ``num_envs`` quadrotors from task, robot and sim config nodes, on ``device``
+    (a run config's ``device``: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``, see ``robo.device``)."""
     if sim.get("backend", "batched") != "batched":
         raise ValueError(f"sim.backend={sim.get('backend')!r}: only 'batched' can fly batched tasks")
     if sim.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"sim.dtype={sim.get('dtype')!r}; choose one of {sorted(DTYPES)}")
     t = make_batched_task(dict(task), dict(robot), num_envs, dtype=DTYPES[sim.get("dtype", "float32")],
-                          randomization=sim.get("randomization"), step_backend=sim.get("step_backend", "torch"))
+                          randomization=sim.get("randomization"), step_backend=sim.get("step_backend", "torch"),
+                          device=resolve_device(device))
     t.seed(seed)
     return t
 

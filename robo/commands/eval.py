@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from policies.chunked import ChunkedPolicy
-from robo.evaluate import flight_metrics, rollout
+from robo.evaluate import flight_device, flight_metrics, rollout
 from robo.factory import make_policy, make_task
 from robo.media import write_flight_media
 from robo.run_dir import seed_run, write_json, write_resolved_config
@@ -24,14 +24,15 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["task"].get("kind") == "imitation":
         return evaluate_imitation(c, run_dir)
-    task = make_task(c["task"], c["robot"], c["sim"], int(cfg.num_envs), seed=int(cfg.seed))
     policy = make_policy(c["policy"])
     policy.save(run_dir / "checkpoints" / "policy")
-    log.info("flying %s on %d x %s, task %s, %.1f s", c["policy"]["kind"], cfg.num_envs, c["robot"]["preset"],
-             c["task"]["name"], cfg.seconds)
+    device = flight_device(c.get("device", "auto"), policy, c["sim"])
+    task = make_task(c["task"], c["robot"], c["sim"], int(cfg.num_envs), seed=int(cfg.seed), device=device)
+    log.info("flying %s on %d x %s, task %s, %.1f s, on %s", c["policy"]["kind"], cfg.num_envs,
+             c["robot"]["preset"], c["task"]["name"], cfg.seconds, device)
     r = rollout(policy, task, float(cfg.seconds), progress=True)
     metrics = flight_metrics(r, float(cfg.success_radius))
-    metrics.update(task=c["task"]["name"], robot=c["robot"]["preset"], policy=c["policy"]["kind"])
+    metrics.update(task=c["task"]["name"], robot=c["robot"]["preset"], policy=c["policy"]["kind"], device=str(device))
     write_json(run_dir / "metrics.json", metrics)
     write_flight_media(run_dir, task, r, f"{c['task']['name']}: {c['policy']['kind']} on {c['robot']['preset']}",
                        int(cfg.plot_envs), c["video"])

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -97,6 +98,78 @@ def test_move_policy_moves_every_copy_of_the_weights():
     policy = DiffusionPolicy(DiffusionConfig(**TOY))
     move_policy(policy, torch.device("meta"))
     assert {p.device.type for m in policy.weight_copies() for p in m.parameters()} == {"meta"}
+
+
+# Evaluation on the device --------------------------------------------------------------------------
+class _AnyDevice:
+    """A policy whose ``act`` answers on its input's device, as robo's MLP and GRU policies do."""
+
+    obs_dim, action_dim = 22, 4
+
+    def __init__(self):
+        self.model = torch.nn.Linear(22, 4)
+
+    def reset(self, mask=None):
+        pass
+
+    def act(self, obs):  # cuts the motors of quads whose position error is +x: some crash, some hover
+        return torch.where(obs[:, :1] > 0, -1.0, -0.2) + 0.01 * torch.tanh(self.model(obs))
+
+
+class _NumpyOnly(_AnyDevice):
+    def act(self, obs):
+        return super().act(torch.as_tensor(obs).cpu()).detach().numpy()
+
+
+def test_eval_flies_where_its_policy_and_sim_can(monkeypatch, no_cuda):
+    from robo import device as robo_device
+    from robo.evaluate import flight_device
+
+    assert flight_device("auto", _AnyDevice(), {"step_backend": "torch"}) == torch.device("cpu")
+    # a stand-in accelerator: "meta" tensors have devices but no data, enough to see who moves where
+    monkeypatch.setattr(robo_device, "resolve_device", lambda spec: torch.device("meta"))
+    policy = _AnyDevice()
+    assert flight_device("cuda", policy, {"step_backend": "torch"}) == torch.device("meta")
+    assert policy.model.weight.device.type == "meta"
+    assert flight_device("cuda", _AnyDevice(), {"step_backend": "c"}) == torch.device("cpu")
+    numpy_only = _NumpyOnly()
+    assert flight_device("cuda", numpy_only, {"step_backend": "torch"}) == torch.device("cpu")
+    assert numpy_only.model.weight.device.type == "cpu"
+
+
+def test_a_flight_on_an_explicit_cpu_is_the_default_flight():
+    from robo.evaluate import rollout
+    from robo.factory import make_task
+
+    torch.manual_seed(0)
+    policy = _AnyDevice()
+    sim = {"backend": "batched", "randomization": {"mass": [0.02, 0.05]}}
+    flights = [rollout(policy, make_task({"name": "hover"}, {"preset": "crazyflie"}, sim, 8, seed=1, **kw), 0.5)
+               for kw in ({}, {"device": "cpu"})]
+    assert (flights[0].crashed_at >= 0).any() and (flights[0].crashed_at < 0).any()  # frozen crashes recorded
+    for name in ("states", "reference", "actions", "crashed_at"):
+        np.testing.assert_array_equal(getattr(flights[0], name), getattr(flights[1], name), err_msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cuda_flight_matches_the_cpu_flight():
+    from policies.foundation import FoundationConfig, FoundationPolicy
+    from robo.evaluate import flight_device, rollout
+    from robo.factory import make_task
+
+    flights = []
+    for spec in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        policy = FoundationPolicy(FoundationConfig())
+        device = flight_device(spec, policy, {"step_backend": "torch"})
+        assert device.type == spec
+        task = make_task({"name": "hover"}, {"preset": "crazyflie"}, {"backend": "batched"}, 64, seed=1, device=device)
+        assert task.state.device.type == spec
+        flights.append(rollout(policy, task, 1.0))
+    cpu, cuda = flights
+    np.testing.assert_array_equal(cpu.crashed_at, cuda.crashed_at)
+    alive = cpu.crashed_at < 0
+    np.testing.assert_allclose(cuda.states[:, alive], cpu.states[:, alive], rtol=1e-4, atol=1e-4)
 
 
 # Ray sweeps -----------------------------------------------------------------------------------------
