@@ -156,13 +156,19 @@ class EnsembleDynamics:
 
     # Training -------------------------------------------------------------------------------
     def fit(self, transitions: dict, steps: int = 2000, batch_size: int = 256, lr: float = 1e-3,
-            weight_decay: float = 1e-5, holdout: float = 0.1, seed: int = 0) -> dict[str, float]:
+            weight_decay: float = 1e-5, holdout: float = 0.1, seed: int = 0,
+            device: str | torch.device = "cpu") -> dict[str, float]:
         """Fit on ``transitions`` (see ``check_transitions``); each member draws minibatches from its
         own bootstrap resample. Returns {"train_nll", "holdout_mse"} (normalized next-state/reward MSE
-        of the ensemble mean on the held-out fraction)."""
+        of the ensemble mean on the held-out fraction).
+
+        ``device``: where the networks and the transitions train (a torch device: ``"cpu"``, ``"cuda"``,
+        ``"cuda:N"``). The minibatch indices come from a CPU generator seeded with ``seed``, so every device
+        draws the same minibatches; the fitted model is handed back on the CPU, where ``predict`` runs."""
         if steps < 1 or batch_size < 1 or not 0 <= holdout < 1:
             raise ValueError(f"need steps >= 1, batch_size >= 1, 0 <= holdout < 1; got {steps}, {batch_size}, "
                              f"{holdout}")
+        device = torch.device(device)
         t = check_transitions(transitions, self.obs_dim, self.action_dim, self.config.use_prev_change)
         gen = torch.Generator().manual_seed(seed)
         n = t["obs"].shape[0]
@@ -170,31 +176,33 @@ class EnsembleDynamics:
         n_hold = int(n * holdout) if n >= 20 else 0
         hold, train = perm[:n_hold], perm[n_hold:]
         self.set_normalization({k: v[train] for k, v in t.items()})
-        m, E = self.model, self.config.num_members
-        x, y = self._normalized_io(t)
+        m, E = self.model.to(device), self.config.num_members
+        x, y = (v.to(device) for v in self._normalized_io({k: v.to(device) for k, v in t.items()}))
+        terminated = t["terminated"].to(device)
         boot = train[torch.randint(len(train), (E, len(train)), generator=gen)]  # (E, N) bootstrap resamples
         opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=weight_decay)
         m.train()
         losses = []
         for step in range(steps):
-            idx = boot.gather(1, torch.randint(boot.shape[1], (E, batch_size), generator=gen))  # (E, b)
+            idx = boot.gather(1, torch.randint(boot.shape[1], (E, batch_size), generator=gen)).to(device)  # (E, b)
             mean, logvar, term = m(x[idx])
             nll = ((mean - y[idx]) ** 2) * torch.exp(-logvar) + logvar
             if self.config.nll_beta:  # beta-NLL: weight by the (detached) variance ** beta
                 nll = nll * torch.exp(self.config.nll_beta * logvar.detach())
             nll = nll.mean()
-            bce = F.binary_cross_entropy_with_logits(term, t["terminated"][idx])
+            bce = F.binary_cross_entropy_with_logits(term, terminated[idx])
             loss = nll + bce + 0.01 * (m.max_logvar.sum() - m.min_logvar.sum())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(nll.item())
+            losses.append(nll.detach())  # kept on the device: no host round trip per step
         m.eval()
-        out = {"train_nll": float(np.mean(losses[-100:]))}
+        out = {"train_nll": float(np.mean(torch.stack(losses[-100:]).cpu().numpy(), dtype=np.float64))}
         if n_hold:
             with torch.no_grad():
-                mean, _, _ = m(x[hold].expand(E, -1, -1))
-            out["holdout_mse"] = float(((mean.mean(0) - y[hold]) ** 2).mean())
+                mean, _, _ = m(x[hold.to(device)].expand(E, -1, -1))
+            out["holdout_mse"] = float(((mean.mean(0) - y[hold.to(device)]) ** 2).mean())
+        m.to("cpu")
         return out
 
     def _normalized_io(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,28 +63,35 @@ class TrajectoryDiffusion:
             raise ValueError(f"{name} contains NaN or inf")
         return t
 
-    def fit(self, segments, steps: int = 2000, batch_size: int = 64, lr: float = 3e-4, seed: int = 0) -> dict:
-        """segments (N, horizon, channels) raw units -> {"loss"} (mean of the last 100 steps)."""
+    def fit(self, segments, steps: int = 2000, batch_size: int = 64, lr: float = 3e-4, seed: int = 0,
+            device: str | torch.device = "cpu") -> dict:
+        """segments (N, horizon, channels) raw units -> {"loss"} (mean of the last 100 steps).
+
+        ``device``: where the U-Net trains; indices, noise and timesteps are drawn by a CPU generator seeded
+        with ``seed`` (the same draws on every device), and the model is handed back on the CPU."""
+        device = torch.device(device)
         seg = self._segments(segments)
         m = self.model
         m.normalizer.set_stats({"min": seg.flatten(0, 1).min(0).values, "max": seg.flatten(0, 1).max(0).values})
-        x0_all = m.normalizer(seg)
+        x0_all = m.normalizer(seg).to(device)
+        m.to(device)
         gen = torch.Generator().manual_seed(seed)
         opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-6)
         m.train()
         losses = []
         for _ in range(steps):
-            x0 = x0_all[torch.randint(len(x0_all), (batch_size,), generator=gen)]
-            noise = torch.randn(x0.shape, generator=gen)
-            t = torch.randint(self.config.num_train_timesteps, (batch_size,), generator=gen)
+            x0 = x0_all[torch.randint(len(x0_all), (batch_size,), generator=gen).to(device)]
+            noise = torch.randn(x0.shape, generator=gen).to(device)
+            t = torch.randint(self.config.num_train_timesteps, (batch_size,), generator=gen).to(device)
             pred = m.unet(self.train_scheduler.add_noise(x0, noise, t), t, x0[:, 0, :self.config.obs_dim])
             loss = F.mse_loss(pred, noise)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(loss.item())
+            losses.append(loss.detach())  # kept on the device: no host round trip per step
         m.eval()
-        return {"loss": float(np.mean(losses[-100:]))}
+        m.to("cpu")
+        return {"loss": float(np.mean(torch.stack(losses[-100:]).cpu().numpy(), dtype=np.float64))}
 
     @torch.no_grad()
     def sample(self, start_obs, target_policy: TargetPolicy | None = None, guidance_scale: float = 0.0,

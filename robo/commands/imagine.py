@@ -22,7 +22,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from policies.world_model import EnsembleDynamics
-from robo.device import sb3_device
+from robo.device import resolve_device, sb3_device
 from robo.run_dir import seed_run, write_json, write_resolved_config
 
 from robo.world_model.imagined_env import ImaginedEnv, MixedVectorEnv, SingleImaginedEnv
@@ -56,8 +56,8 @@ def model_data(task: ImagineTask, task_cfg: dict, m: dict, seed: int) -> list:
 
 
 def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int,
-                task_cfg: dict | None = None) -> tuple[EnsembleDynamics, list]:
-    """Load ``m["path"]`` or fit a new ensemble on ``model_data``; returns it and that data."""
+                task_cfg: dict | None = None, device: str = "cpu") -> tuple[EnsembleDynamics, list]:
+    """Load ``m["path"]`` or fit a new ensemble on ``model_data`` (on ``device``); returns it and that data."""
     data = model_data(task, task_cfg or {"name": task.name}, m, seed)
     if m.get("path"):
         model = EnsembleDynamics.load(m["path"])
@@ -66,7 +66,8 @@ def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int,
                              f"{task.name} has {(task.obs_dim, task.action_dim)}")
         return model, data
     model = EnsembleDynamics(ensemble_config(task, m["members"], m["hidden_dims"], m.get("object_frame", True)))
-    stats = model.fit(transitions(data), steps=model_setting(task, m, "fit_steps"), seed=seed)
+    stats = model.fit(transitions(data), steps=model_setting(task, m, "fit_steps"), seed=seed,
+                      device=resolve_device(device))
     log.info("world model fitted: %s", stats)
     model.save(run_dir / "world_model")
     return model, data
@@ -225,7 +226,7 @@ def synthesize_cmd(c: dict, task: ImagineTask, model: EnsembleDynamics, data: li
     rollout = {k: s.pop(k) for k in ROLLOUT_KEYS if k in s}
     if rollout.get("base"):
         return improve_on_imagined(c, task, model, data, run_dir, rollout, int(s["eval_episodes"]))
-    return synthesis_experiment(task, data, seed=int(c["seed"]), **s)
+    return synthesis_experiment(task, data, seed=int(c["seed"]), device=resolve_device(c.get("device", "auto")), **s)
 
 
 def improve_on_imagined(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path, r: dict,
@@ -275,7 +276,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if c["mode"] == "train":
         check_train(c["train"], task)
     model, data = world_model(task, c["model"], run_dir, int(c["seed"]),
-                              c["task"] if isinstance(c["task"], dict) else None)
+                              c["task"] if isinstance(c["task"], dict) else None, c.get("device", "auto"))
     fn = {"evaluate": evaluate, "train": train, "synthesize": synthesize_cmd}[c["mode"]]
     result = {"mode": c["mode"], "task": task.name, **fn(c, task, model, data, run_dir)}
     write_json(run_dir / "metrics.json", result)

@@ -144,9 +144,11 @@ def segment_episodes(segments: np.ndarray, task: ImagineTask) -> list[Episode]:
 
 def synthesis_experiment(task: ImagineTask, data: list[Episode], seed: int = 0, demos: int = 5,
                          horizon: int = 32, diffusion_steps: int = 500, bc_steps: int = 1000,
-                         eval_episodes: int = 16, samples: int = 256, guidance_scale: float = 0.5) -> dict:
+                         eval_episodes: int = 16, samples: int = 256, guidance_scale: float = 0.5,
+                         device: str | torch.device = "cpu") -> dict:
     """BC on ``demos`` successful episodes of ``data``; fine-tuned on synthesized successful segments
-    from an unguided and a guided generator; every policy scored in the real sim."""
+    from an unguided and a guided generator; every policy scored in the real sim. The generator trains on
+    ``device`` (``TrajectoryDiffusion.fit``) and samples on the CPU; BC trains on the CPU."""
     torch.manual_seed(seed)
     good = [e for e in data if e["terminated"].any()]
     if len(good) < demos:
@@ -154,7 +156,7 @@ def synthesis_experiment(task: ImagineTask, data: list[Episode], seed: int = 0, 
     base = train_bc(*bc_pairs(good[:demos]), steps=bc_steps, seed=seed)
     gen = TrajectoryDiffusion(TrajectoryDiffusionConfig(obs_dim=task.obs_dim, action_dim=task.action_dim,
                                                         horizon=horizon))
-    gen_stats = gen.fit(segments_from_episodes(data, horizon), steps=diffusion_steps, seed=seed)
+    gen_stats = gen.fit(segments_from_episodes(data, horizon), steps=diffusion_steps, seed=seed, device=device)
     # start states from which the data reached success within the horizon
     starts = np.concatenate([e["obs"][max(0, len(e["obs"]) - horizon):] for e in good])
     rng = np.random.default_rng(seed)

@@ -172,6 +172,43 @@ def test_a_cuda_flight_matches_the_cpu_flight():
     np.testing.assert_allclose(cuda.states[:, alive], cpu.states[:, alive], rtol=1e-4, atol=1e-4)
 
 
+# World models on the device -------------------------------------------------------------------------
+def _fit_world_models(**device):
+    """A small ensemble and trajectory diffusion fitted on seeded data: (ensemble, its stats, generator, its stats)."""
+    from policies.world_model import EnsembleConfig, EnsembleDynamics, TrajectoryDiffusion, TrajectoryDiffusionConfig
+
+    rng = np.random.default_rng(0)
+    s, a = rng.normal(size=(200, 3)), rng.uniform(-1, 1, (200, 2))
+    data = {"obs": s, "action": a, "next_obs": 0.9 * s + 0.1 * a.sum(1, keepdims=True), "reward": -(s ** 2).sum(1),
+            "terminated": (np.abs(s[:, 0]) > 2).astype(float)}
+    torch.manual_seed(0)
+    ensemble = EnsembleDynamics(EnsembleConfig(obs_dim=3, action_dim=2, num_members=2, hidden_dims=[16]))
+    ensemble_stats = ensemble.fit(data, steps=10, batch_size=32, seed=0, **device)
+    generator = TrajectoryDiffusion(TrajectoryDiffusionConfig(obs_dim=3, action_dim=2, horizon=8,
+                                                              down_dims=[16, 32]))
+    generator_stats = generator.fit(rng.normal(size=(16, 8, 6)), steps=2, batch_size=4, seed=0, **device)
+    return ensemble, ensemble_stats, generator, generator_stats
+
+
+def test_world_models_fit_on_an_explicit_cpu_as_by_default_and_come_back_on_the_cpu():
+    default, on_cpu = _fit_world_models(), _fit_world_models(device="cpu")
+    assert default[1] == on_cpu[1] and default[3] == on_cpu[3]
+    for a, b in ((default[0].model, on_cpu[0].model), (default[2].model, on_cpu[2].model)):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+            assert x.device.type == "cpu" and torch.equal(x, y), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_world_models_fitted_on_cuda_match_the_cpu_fit():
+    cpu, cuda = _fit_world_models(device="cpu"), _fit_world_models(device="cuda")
+    assert abs(cpu[1]["train_nll"] - cuda[1]["train_nll"]) < 1e-3 and abs(cpu[3]["loss"] - cuda[3]["loss"]) < 1e-3
+    for a, b in ((cpu[0].model, cuda[0].model), (cpu[2].model, cuda[2].model)):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+            assert y.device.type == "cpu", name
+            if x.is_floating_point():
+                torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-4, msg=name)
+
+
 # Ray sweeps -----------------------------------------------------------------------------------------
 def test_a_multirun_without_ray_address_stays_hydras():
     assert sweep_ray(["seed=0,1"]) is None and sweep_ray(["-m", "seed=0,1"]) is None
