@@ -106,7 +106,7 @@ def flight_device(spec: str | torch.device | None, policy: Policy, task_sim: dic
     try:  # on a copy, so that a policy that cannot fly there is left as it was
         probe = move_policy(copy.deepcopy(policy), device).act(torch.zeros(1, policy.obs_dim, device=device))
         ok = isinstance(probe, torch.Tensor) and probe.device.type == device.type
-    except (AttributeError, RuntimeError, TypeError) as e:
+    except (AttributeError, RuntimeError, TypeError, ValueError) as e:
         ok = False
         log.debug("probe flight on %s failed: %s", device, e)
     if not ok:
