@@ -29,10 +29,10 @@ from sims.quadrotor import BatchedQuadrotorSim, rk4_step
 from sims.quadrotor.randomization import RandomizationConfig, sample_params
 
 # L2F's C++ benchmark (rl-tools/l2f, `vector1024`, -O3 -march=native, one core), measured on this machine
-# beside robo's torch step (issue 68, "A simulator as fast as L2F's"); at B = 16384 it was 1.97x robo-torch
+# beside robo's torch step, on a quiet machine; at B = 16384 it was 1.97x robo-torch
 L2F_REFERENCE = {1: 578e3, 1024: 4.50e6}
 L2F_REFERENCE_RATIO_TO_TORCH = {16384: 1.97}
-L2F_SOURCE = "L2F C++ vector1024 on this machine (issue 68), not timed in this run"
+L2F_SOURCE = "L2F C++ vector1024 measured on this machine, quiet, not timed in this run"
 
 
 def _sim(backend: str, batch_size: int) -> tuple[BatchedQuadrotorSim, torch.Tensor]:
