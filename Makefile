@@ -37,7 +37,7 @@ run: setup          ## main job: train a Crazyflie hover policy from scratch, th
 	$(VENV)/bin/robo eval policy=checkpoint policy.path=$(MAIN_RUN)/train/checkpoints/best/policy hydra.run.dir=$(MAIN_RUN)/eval
 
 test: setup lerobot ## default suite (CI); `make test-all` adds the slow tests
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 test-all: setup lerobot
 	$(PY) -m pytest -q -m "slow or not slow"
