@@ -25,9 +25,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if c["task"].get("kind") == "imitation":
         return evaluate_imitation(c, run_dir)
     policy = make_policy(c["policy"])
-    policy.save(run_dir / "checkpoints" / "policy")
     device = flight_device(c.get("device", "auto"), policy, c["sim"])
     task = make_task(c["task"], c["robot"], c["sim"], int(cfg.num_envs), seed=int(cfg.seed), device=device)
+    policy.save(run_dir / "checkpoints" / "policy")  # after the task is built: a bad robot leaves no folder
     log.info("flying %s on %d x %s, task %s, %.1f s, on %s", c["policy"]["kind"], cfg.num_envs,
              c["robot"]["preset"], c["task"]["name"], cfg.seconds, device)
     r = rollout(policy, task, float(cfg.seconds), progress=True)
