@@ -54,6 +54,7 @@ def toy_teacher_and_windows():
     return teacher, windows, stats
 
 
+@pytest.mark.slow  # ~45 s; the CLI distillation test below stays in the default suite
 def test_distilled_energy_policy_keeps_its_teachers_samples(tmp_path):
     """A 2-step energy student trained on a toy diffusion teacher's (guess, chunk) pairs succeeds at least
     0.6 times as often as the teacher, and its guess picks the teacher's sample for the same noise: for 8

@@ -110,6 +110,7 @@ def test_init_from_starts_from_the_saved_weights_and_refuses_a_misfit(tmp_path, 
         init_weights(fresh, str(tmp_path))
 
 
+@pytest.mark.slow  # ~25 s; the recording and init_from tests above stay in the default suite
 def test_cli_records_a_policys_rollouts_and_trains_on_demos_plus_them(tmp_path, tiny_pusht_policy):
     r = robo("record", "task=pusht", "policy=checkpoint", f"policy.path={tiny_pusht_policy}", "episodes=1",
              "keep_failures=true", f"out={tmp_path / 'self'}", f"hydra.run.dir={tmp_path / 'rec'}", cwd=tmp_path)
