@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .record import add_episode
 from .writer import DatasetWriter
 
 CONTROL_HZ = 80.0   # Meta-World: 5 MuJoCo steps of 2.5 ms per action
@@ -57,14 +58,7 @@ def record_metaworld(out: str | Path, env_name: str, episodes: int, obs: str = "
     with DatasetWriter(out, CONTROL_HZ, features, robot_type="sawyer", overwrite=overwrite) as w:
         for ep, attempt, success in tqdm(demos, total=episodes, desc=f"record {env_name}", disable=not progress,
                                          leave=False):
-            for t in range(len(ep["action"])):
-                frame = {"observation.state": ep["obs"][t], "action": ep["action"][t],
-                         "next.reward": ep["reward"][t], "next.done": t == len(ep["action"]) - 1}
-                if obs == "image":
-                    frame["observation.image"] = ep["image"][t].transpose(1, 2, 0)
-                    frame["observation.environment_state"] = ep["state"][t]
-                w.add_frame(frame)
-            w.save_episode(f"Meta-World {env_name}")
+            add_episode(w, ep, f"Meta-World {env_name}", obs)
             frames += len(ep["action"])
             successes += success
             attempts = attempt + 1

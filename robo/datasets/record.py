@@ -46,8 +46,9 @@ def pusht_features(obs: str, image_size: int = 96, video: bool = False) -> dict:
     raise ValueError(f"obs={obs!r}; choose 'state' or 'image'")
 
 
-def _add_pusht_episode(writer: DatasetWriter, ep: dict, obs: str = "state") -> None:
-    """One push-T episode {"obs" (T, 5 or 2), "action" (T, 2), "reward" (T,)[, "image", "state"]} -> ``writer``."""
+def add_episode(writer: DatasetWriter, ep: dict, task: str, obs: str = "state") -> None:
+    """One episode {"obs" (T, D), "action" (T, A), "reward" (T,)[, "image" (T, 3, H, W), "state" (T, S)]} ->
+    ``writer``, saved under the language ``task``; with ``obs="image"`` the image and the full state go along."""
     for t in range(len(ep["action"])):
         frame = {"observation.state": ep["obs"][t], "action": ep["action"][t],
                  "next.reward": ep["reward"][t], "next.done": t == len(ep["action"]) - 1}
@@ -55,7 +56,7 @@ def _add_pusht_episode(writer: DatasetWriter, ep: dict, obs: str = "state") -> N
             frame["observation.image"] = ep["image"][t].transpose(1, 2, 0)
             frame["observation.environment_state"] = ep["state"][t]
         writer.add_frame(frame)
-    writer.save_episode(PUSHT_TASK)
+    writer.save_episode(task)
 
 
 def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int = 0, keep_failures: bool = False,
@@ -90,7 +91,7 @@ def record_pusht(out: str | Path, episodes: int, obs: str = "state", seed: int =
     with DatasetWriter(out, fps, features, robot_type="pusht_disc", overwrite=overwrite) as w:
         bar = tqdm(total=episodes, desc="record pusht", disable=not progress, leave=False)
         for ep, attempt in demos:
-            _add_pusht_episode(w, ep, obs)
+            add_episode(w, ep, PUSHT_TASK, obs)
             frames += len(ep["action"])
             successes += bool(succeeded(ep["coverage"][-1]))
             last_attempt = attempt
@@ -121,7 +122,7 @@ def record_pusht_rollouts(out: str | Path, policy_path: str | Path, starts: int,
     with DatasetWriter(out, PushTConfig.from_dict(env).control_hz, pusht_features("state"),
                        robot_type="pusht_disc", overwrite=overwrite) as w:
         for ep in episodes:
-            _add_pusht_episode(w, ep)
+            add_episode(w, ep, PUSHT_TASK)
     frames = sum(len(ep["action"]) for ep in episodes)
     return {"dataset": str(out), "episodes": len(episodes), "frames": frames, **stats,
             "mean_episode_length": frames / len(episodes), "seconds": time.time() - t0}
