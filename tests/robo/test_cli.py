@@ -1,18 +1,10 @@
 """The ``robo`` command line, run as a user would (subprocesses)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import cv2
 
-ENV = {**os.environ, "MUJOCO_GL": "egl"}
-
-
-def robo(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+from tests.robo.cli_run import robo
 
 
 def test_eval_writes_a_complete_run_folder(tmp_path):

@@ -1,9 +1,5 @@
 """The one device setting (robo.device), its checks, the imitation trainer on it, and Ray sweeps (robo.sweep)."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -17,6 +13,7 @@ from robo.run_dir import compose
 from robo.sweep import expand, report, run_sweep, sweep_ray
 from robo.validation import ConfigError, validate
 from sims.toy import generate_demos
+from tests.robo.cli_run import robo
 
 TOY = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=4, down_dims=[16, 32],
            diffusion_step_embed_dim=16, num_train_timesteps=20, num_inference_steps=4)
@@ -253,11 +250,6 @@ def test_fan_out_resubmits_what_on_error_asks_for():
     assert done == {1: 10, 2: 20} and attempts == {1: 2, 2: 2}
 
 
-def robo(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env={**os.environ, "MUJOCO_GL": "egl"},
-                          capture_output=True, text=True, timeout=600)
-
-
 TINY = ["policy=diffusion", "task=obstacle_reach", "demos=4", "policy.down_dims=[8,16]", "policy.horizon=8",
         "policy.n_action_steps=4", "policy.diffusion_step_embed_dim=8", "policy.train.steps=4",
         "policy.train.warmup_steps=1", "policy.train.checkpoint_every=2", "task.eval.episodes=1",
@@ -268,10 +260,10 @@ TINY = ["policy=diffusion", "task=obstacle_reach", "demos=4", "policy.down_dims=
 def test_a_ray_sweep_runs_each_job_in_its_own_run_folder(tmp_path):
     pytest.importorskip("ray")
     r = robo("train", "-m", "seed=0,1", *TINY, "ray.address=local", "ray.num_cpus=2",
-             f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+             f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     for n in (0, 1):
         assert (tmp_path / "sweep" / str(n) / "metrics.json").is_file()
     assert "seed: 1" in (tmp_path / "sweep" / "1" / "config.yaml").read_text()
-    r = robo("train", "-m", "seed=0,1", "device=tpu", "ray.address=local", cwd=tmp_path)
+    r = robo("train", "-m", "seed=0,1", "device=tpu", "ray.address=local", cwd=tmp_path, timeout=600)
     assert r.returncode == 2 and "device='tpu'" in r.stderr

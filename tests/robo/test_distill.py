@@ -1,9 +1,6 @@
 """Distilling a diffusion teacher into a few-step energy policy (robo/imitation/distill.py)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,6 +12,7 @@ from robo.imitation import ChunkWindows, ImitationTrainer, TrainConfig, compute_
 from robo.imitation.distill import (LABELS, DistillConfig, TeacherLabels, check_compatible, gaussian_from_uniform,
                                     label_windows, teacher_labels)
 from sims.toy import ENV_ID, generate_demos
+from tests.robo.cli_run import robo
 
 SHAPES = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=4)
 
@@ -110,11 +108,6 @@ def test_labels_round_trip_and_bad_pairs_are_refused(tmp_path):
         DistillConfig(guesses_per_window=0)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         teacher_labels(str(tmp_path / "nowhere"), energy, windows, DistillConfig(), tmp_path / "run")
-
-
-def robo(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env={**os.environ, "MUJOCO_GL": "egl"},
-                          capture_output=True, text=True, timeout=300)
 
 
 TASK = ["task=obstacle_reach", "demos=10", "policy.horizon=8", "policy.n_action_steps=4",

@@ -1,9 +1,6 @@
 """Energy-based policies through the generic imitation trainer, evaluation and the CLI."""
 
 import json
-import os
-import subprocess
-import sys
 
 import torch
 
@@ -11,6 +8,7 @@ from policies.energy import EnergyConfig, EnergyPolicy
 from policies.registry import load_policy
 from robo.imitation import ChunkWindows, ImitationTrainer, TrainConfig, compute_stats, evaluate_chunked_policy
 from sims.toy import ENV_ID, generate_demos
+from tests.robo.cli_run import robo
 
 
 def test_trained_energy_policy_beats_the_untrained_one_in_the_toy_env(tmp_path):
@@ -30,11 +28,6 @@ def test_trained_energy_policy_beats_the_untrained_one_in_the_toy_env(tmp_path):
     loaded = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
     obs = torch.rand(3, 2, 2)
     assert torch.equal(loaded.predict_chunk(obs), policy.predict_chunk(obs))
-
-
-def robo(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env={**os.environ, "MUJOCO_GL": "egl"},
-                          capture_output=True, text=True, timeout=300)
 
 
 COMMON = ["task=obstacle_reach", "demos=10", "policy.train.steps=10", "policy.train.warmup_steps=2",

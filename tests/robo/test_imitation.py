@@ -2,9 +2,6 @@
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +17,7 @@ from robo.imitation import (ChunkWindows, ImitationTrainer, TrainConfig, Trainin
 from robo.imitation.sources import make_imitation_policy
 from sims.toy import ENV_ID, generate_demos
 from tests.hydra_configs import composed
+from tests.robo.cli_run import robo
 
 TOY = dict(obs_dim=2, action_dim=2, n_obs_steps=2, horizon=8, n_action_steps=4, down_dims=[32, 64],
            diffusion_step_embed_dim=32, num_train_timesteps=50, num_inference_steps=10)
@@ -152,11 +150,6 @@ def test_evaluation_is_reproducible_and_writes_a_video(tmp_path):
     assert a == pytest.approx(b, rel=1e-5) and a["episodes"] == 6 and 0 <= a["success_rate"] <= 1
     video = cv2.VideoCapture(str(tmp_path / "v.mp4"))
     assert int(video.get(cv2.CAP_PROP_FRAME_COUNT)) > 1
-
-
-def robo(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env={**os.environ, "MUJOCO_GL": "egl"},
-                          capture_output=True, text=True, timeout=300)
 
 
 TINY = ["policy=diffusion", "task=obstacle_reach", "demos=10", "policy.down_dims=[16,32]", "policy.horizon=8",

@@ -2,9 +2,6 @@
 policies scored by flying held-out quadrotors in the batched sim)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +11,9 @@ from policies.foundation import load_raptor
 from robo.evaluate import Rollout
 from robo.imitation.evaluate import evaluate_flights
 from tests.hydra_configs import composed_dict
+from tests.robo.cli_run import robo
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # for the CLI subprocesses
 
 
 def tracking_task() -> dict:
@@ -51,18 +51,13 @@ def test_flight_evaluation_scores_raptor_against_a_policy_that_cannot_fly():
         evaluate_flights(load_raptor(), task["flight"], task["robot"], 2, success_rmse=0.0)
 
 
-def robo(*args, cwd):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "robo.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
-
-
 @pytest.mark.parametrize("policy", ["diffusion", "energy"])
 def test_cli_trains_a_chunked_policy_on_raptor_flights_and_flies_it(tmp_path, policy):
     run = tmp_path / "run"
     r = robo("train", f"policy={policy}", "task=quadrotor_tracking", "demos=4", "policy.train.steps=20",
              "policy.train.eval_every=10", "task.eval.episodes=4", "task.eval.episodes_during_training=2",
-             "task.flight.episode_seconds=2", "video=false", f"hydra.run.dir={run}", cwd=tmp_path)
+             "task.flight.episode_seconds=2", "video=false", f"hydra.run.dir={run}", cwd=tmp_path,
+             timeout=600, env=ONE_THREAD)
     assert r.returncode == 0, r.stderr
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["step"] == 20 and metrics["num_demos"] == 4 and metrics["episodes"] == 4
@@ -76,7 +71,7 @@ def test_cli_trains_a_chunked_policy_on_raptor_flights_and_flies_it(tmp_path, po
     # robo eval flies a checkpoint on the starts the trainer's final evaluation used: the same scores
     r = robo("eval", "task=quadrotor_tracking", "task.eval.episodes=4", "task.flight.episode_seconds=2", "threads=1",
              "policy=checkpoint", f"policy.path={run / 'checkpoints' / 'latest' / 'policy'}",
-             f"hydra.run.dir={tmp_path / 'eval'}", cwd=tmp_path)
+             f"hydra.run.dir={tmp_path / 'eval'}", cwd=tmp_path, timeout=600, env=ONE_THREAD)
     assert r.returncode == 0, r.stderr
     scored = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert (scored["success_rate"], scored["crashes"]) == (metrics["success_rate"], metrics["crashes"])
@@ -90,7 +85,8 @@ def test_a_short_energy_run_imitates_raptor_on_the_figure_eight(tmp_path):
     16); an untrained policy crashes every flight."""
     run = tmp_path / "run"
     r = robo("train", "policy=energy", "task=quadrotor_tracking", "policy.train.steps=6000",
-             "policy.train.eval_every=0", "task.eval.episodes=16", "video=false", f"hydra.run.dir={run}", cwd=tmp_path)
+             "policy.train.eval_every=0", "task.eval.episodes=16", "video=false", f"hydra.run.dir={run}", cwd=tmp_path,
+             timeout=600, env=ONE_THREAD)
     assert r.returncode == 0, r.stderr
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["success_rate"] >= 0.75 and metrics["crash_rate"] <= 0.125, metrics

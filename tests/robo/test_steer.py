@@ -10,6 +10,7 @@ from stable_baselines3.common.env_checker import check_env
 import sims  # noqa: F401  (registers the envs)
 from robo.steer import ActionChunkEnv, LatentNoiseEnv, ResidualChunkEnv
 from tests.policies.test_steered import tiny_diffusion, tiny_energy
+from tests.robo.cli_run import robo
 
 TOY = "robo/ObstacleReach-v0"
 
@@ -166,15 +167,6 @@ def test_training_evaluations_pick_the_best_on_other_seeds_than_the_final_one(tm
     assert calls == [(5, 1000)] and saved == [0.3]
 
 
-def _robo(*args, cwd):
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "robo", *args], cwd=cwd, env={**os.environ, "MUJOCO_GL": "egl"},
-                          capture_output=True, text=True, timeout=300)
-
-
 TINY_STEER = ["task=obstacle_reach", "total_env_steps=120", "eval_every=60", "checkpoint_every=60",
               "eval.episodes=3", "eval.episodes_during_training=2", "algo.kwargs.learning_starts=5",
               "algo.policy_kwargs.net_arch=[16]", "algo.kwargs.batch_size=8", "progress=false"]
@@ -189,7 +181,7 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
 
     tiny_diffusion().save(tmp_path / "base")
     run = tmp_path / "run"
-    r = _robo("steer", f"base={tmp_path / 'base'}", *TINY_STEER, f"hydra.run.dir={run}", cwd=tmp_path)
+    r = robo("steer", f"base={tmp_path / 'base'}", *TINY_STEER, f"hydra.run.dir={run}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "policy_success_rate" in r.stdout
     metrics = json.loads((run / "metrics.json").read_text())
@@ -197,12 +189,12 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     policy = load_policy(run / "checkpoints" / "latest" / "policy")
     assert isinstance(policy, SteeredPolicy) and policy.base.kind == "diffusion"
     assert (run / "plots" / "learning_curve.png").exists()
-    r = _robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # the run's own config, base included
+    r = robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # the run's own config, base included
     assert r.returncode == 0, r.stderr
     assert 200 <= json.loads((run / "metrics.json").read_text())["env_steps"] < 204
-    r = _robo("steer", "algo.noise_bound=0.5", f"resume={run}", cwd=tmp_path)
+    r = robo("steer", "algo.noise_bound=0.5", f"resume={run}", cwd=tmp_path)
     assert r.returncode != 0 and "cannot change on resume: algo.noise_bound" in r.stderr
-    r = _robo("steer", "task=obstacle_reach", cwd=tmp_path)
+    r = robo("steer", "task=obstacle_reach", cwd=tmp_path)
     assert r.returncode != 0 and "base=<policy checkpoint folder>" in r.stderr
 
 
