@@ -9,12 +9,13 @@ the first success (``MetaWorldEnv``'s ``terminate_on_success``) or after 500 ste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from .env import MAKE_ID
+from .multitask import checked_names, with_task_id
 
 Episode = dict[str, np.ndarray]
 
@@ -55,7 +56,6 @@ def rollout_expert(env: gym.Env, expert, seed: int) -> tuple[Episode, bool]:
     return out, bool(info["is_success"])
 
 
-
 def iter_demos(n: int, seed: int = 0, env_name: str = "reach-v3", obs_type: str = "state",
                keep_failures: bool = False, max_attempts: int | None = None, camera: str = "corner2",
                image_size: int = 96) -> Iterator[tuple[Episode, int, bool]]:
@@ -90,3 +90,25 @@ def generate_demos(n: int, seed: int = 0, env_name: str = "reach-v3", obs_type: 
     """``n`` expert episodes of ``env_name`` (see ``iter_demos``): the task's ``demo_generator``
     (``configs/task/metaworld.yaml``)."""
     return [ep for ep, _, _ in iter_demos(n, seed, env_name, obs_type, keep_failures, **kwargs)]
+
+
+
+def iter_multitask_demos(n: int, seed: int = 0, env_names: Sequence[str] = (), keep_failures: bool = False,
+                         max_attempts: int | None = None) -> Iterator[tuple[str, Episode, int, bool]]:
+    """``iter_demos`` of each task of ``env_names`` in turn (``n`` each, attempt i of every task reset with seed
+    ``seed + i``, state observations) as (env name, episode, attempt index, success), the one-hot id of the
+    task's index appended to the episode's ``obs``: (T, 39 + len(env_names)) as the multi-task env observes it
+    (``multitask.py``); its ``state`` stays (T, 39)."""
+    names = checked_names(env_names)
+    for k, name in enumerate(names):
+        for ep, attempt, success in iter_demos(n, seed, name, "state", keep_failures, max_attempts):
+            yield name, {**ep, "obs": with_task_id(ep["obs"], k, len(names))}, attempt, success
+
+
+def generate_multitask_demos(n: int, seed: int = 0, env_names: Sequence[str] = (), obs_type: str = "state",
+                             keep_failures: bool = False, **kwargs) -> list[Episode]:
+    """``n`` expert episodes of each task of ``env_names``, task after task, with the task id in ``obs`` (see
+    ``iter_multitask_demos``): the ``demo_generator`` of ``configs/task/metaworld_multitask.yaml``."""
+    if obs_type != "state":
+        raise ValueError(f"obs_type={obs_type!r}: multi-task demos have state observations only ('state')")
+    return [ep for _, ep, _, _ in iter_multitask_demos(n, seed, env_names, keep_failures, **kwargs)]
