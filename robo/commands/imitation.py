@@ -16,7 +16,7 @@ from robo.run_dir import start_run, write_json, write_resolved_config
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.distill import DistillConfig, teacher_labels
 from robo.imitation.distributed import Ranks
-from robo.imitation.evaluate import evaluate_chunked_policy, evaluate_flights
+from robo.imitation.evaluate import evaluate_chunked_policy, evaluate_flights, evaluate_per_task
 from robo.imitation.sources import init_weights, load_episodes, make_imitation_policy
 from robo.imitation.trainer import ImitationTrainer, TrainConfig
 
@@ -41,7 +41,8 @@ def _check(cfg: DictConfig) -> None:
 def evaluator(task: dict, episodes: int, video_dir: Path | None = None, video_name: str | None = None):
     """(policy, step) -> evaluation metrics in the task's env (``episodes`` episodes); the video of
     episode 0 goes to ``video_dir/video_name`` (default ``step_<step>.mp4``). A task with a ``flight``
-    node (quadrotor_tracking) flies that batched quadrotor task instead (no video)."""
+    node (quadrotor_tracking) flies that batched quadrotor task instead (no video); one with ``eval.tasks``
+    (metaworld_multitask) is evaluated on each of them in turn, ``episodes`` each (a video per task)."""
     e = task["eval"]
     if "flight" in task:
         return lambda policy, step: evaluate_flights(policy, task["flight"], task["robot"], episodes,
@@ -49,9 +50,11 @@ def evaluator(task: dict, episodes: int, video_dir: Path | None = None, video_na
 
     def evaluate(policy, step: int) -> dict:
         video = video_dir / (video_name or f"step_{step:07d}.mp4") if video_dir is not None else None
-        return evaluate_chunked_policy(policy, task["env_id"], episodes, seed=int(e["seed"]),
-                                       num_envs=int(e.get("num_envs", 50)), max_steps=e.get("max_steps"),
-                                       video_path=video, env_kwargs=task.get("env_kwargs") or {})
+        kw = dict(seed=int(e["seed"]), num_envs=int(e.get("num_envs", 50)), max_steps=e.get("max_steps"),
+                  video_path=video, env_kwargs=task.get("env_kwargs") or {})
+        if e.get("tasks"):
+            return evaluate_per_task(policy, task["env_id"], list(e["tasks"]), episodes, **kw)
+        return evaluate_chunked_policy(policy, task["env_id"], episodes, **kw)
     return evaluate
 
 
@@ -91,5 +94,6 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     write_json(run_dir / "metrics.json", metrics)
     plot_learning_curve(trainer.history, run_dir / "plots" / "learning_curve.png",
                         title=f"{pcfg['kind']} on {task['name']}")
-    return {k: metrics[k] for k in ("step", "success_rate", "mean_max_reward", "rmse", "crash_rate",
-                                    "train_wall_time", "episodes") if k in metrics}
+    return {**{k: metrics[k] for k in ("step", "success_rate", "mean_max_reward", "rmse", "crash_rate",
+                                       "train_wall_time", "episodes") if k in metrics},
+            **{k: v for k, v in metrics.items() if k.startswith("success_rate/")}}   # per task (eval.tasks)

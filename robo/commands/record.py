@@ -4,6 +4,7 @@
     robo record task=pusht episodes=200 out=data/pusht_image obs=image [video=true]   # PNG frames [mp4 video]
     robo record task=figure_eight policy=raptor episodes=64 out=data/quad_fig8
     robo record task=metaworld task.name=reach-v3 episodes=10 out=data/mw_reach   # Meta-World's scripted expert
+    robo record task=metaworld_multitask episodes=10 out=data/mw_mt   # 10 per task, one-hot task id in the state
     robo record task=pusht policy=checkpoint policy.path=<policy folder> episodes=1000 attempts=3 out=data/pusht_self
         # an imitation policy's own successes from 1000 starts (up to 3 tries each): self-imitation data
     robo record convert=data/pusht_v2 out=data/pusht_v3    # a LeRobot v2.0 / v2.1 dataset (robo's or LeRobot's)
@@ -17,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from robo.datasets import convert_legacy
-from robo.datasets.metaworld import record_metaworld
+from robo.datasets.metaworld import record_metaworld, record_metaworld_multitask
 from robo.datasets.record import record_pusht, record_pusht_rollouts, record_quadrotor
 from robo.run_dir import seed_run, write_json, write_resolved_config
 
@@ -58,12 +59,17 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                              "or policy=checkpoint policy.path=<folder>")
         result = record_quadrotor(out, task, c["robot"], int(c["episodes"]), c["seconds"],
                                   policy={"kind": kind, **policy}, sim=c["sim"], **common)
-    elif task.get("suite") == "metaworld":   # task.name is the Meta-World env name
+    elif task.get("suite") == "metaworld":   # task.name is the Meta-World env name, or task.names several
         if kind != "expert":
             raise ValueError("Meta-World episodes come from the package's scripted experts (policy=expert)")
-        view = {k: v for k, v in (task.get("env_kwargs") or {}).items() if k in ("camera", "image_size")}
-        result = record_metaworld(out, task["name"], int(c["episodes"]), obs=c["obs"], video=bool(c["video"]),
-                                  **view, **common)
+        if task.get("names"):
+            if c["obs"] != "state" or c["video"]:
+                raise ValueError("multi-task Meta-World demos have state observations only (obs=state, no video)")
+            result = record_metaworld_multitask(out, list(task["names"]), int(c["episodes"]), **common)
+        else:
+            view = {k: v for k, v in (task.get("env_kwargs") or {}).items() if k in ("camera", "image_size")}
+            result = record_metaworld(out, task["name"], int(c["episodes"]), obs=c["obs"],
+                                      video=bool(c["video"]), **view, **common)
     else:
         raise ValueError(f"task={task['name']!r}; choose one of {PUSHT_TASKS + QUADROTOR_TASKS} or metaworld")
     write_json(run_dir / "metrics.json", result)

@@ -120,6 +120,29 @@ def evaluate_chunked_policy(policy: ChunkedPolicy, env: str | EnvFactory, episod
             "episodes": episodes}
 
 
+def evaluate_per_task(policy: ChunkedPolicy, env: str, tasks: list[str], episodes: int = 50, seed: int = 0,
+                      num_envs: int = 50, max_steps: int | None = None, video_path: str | Path | None = None,
+                      env_kwargs: dict | None = None, task_key: str = "task") -> dict:
+    """``evaluate_chunked_policy`` on a multi-task env once per task: ``env_kwargs[task_key]`` = each of ``tasks``
+    in turn (``sims.metaworld.multitask``'s ``task``), ``episodes`` episodes each on the same seeds ``seed``..;
+    task t's video of episode 0 goes to ``<video_path stem>_<t><suffix>`` when ``video_path`` is given. Returns
+    the means over tasks of success_rate, mean_max_reward, mean_return and mean_length, ``episodes`` (in all),
+    and ``success_rate/<t>`` for each task."""
+    if not tasks:
+        raise ValueError("evaluate_per_task needs at least one task (task.eval.tasks)")
+    per_task = {}
+    for t in tasks:
+        video = Path(video_path).with_name(f"{Path(video_path).stem}_{t}{Path(video_path).suffix}") if video_path \
+            else None
+        per_task[t] = evaluate_chunked_policy(policy, env, episodes, seed=seed, num_envs=num_envs,
+                                              max_steps=max_steps, video_path=video,
+                                              env_kwargs={**(env_kwargs or {}), task_key: t})
+    means = {k: float(np.mean([m[k] for m in per_task.values()]))
+             for k in ("success_rate", "mean_max_reward", "mean_return", "mean_length")}
+    return {**means, "episodes": episodes * len(tasks),
+            **{f"success_rate/{t}": m["success_rate"] for t, m in per_task.items()}}
+
+
 def _attempt_seed(start_seed: int, attempt: int) -> int:
     return start_seed if attempt == 0 else int(np.random.SeedSequence([start_seed, attempt]).generate_state(1)[0])
 
