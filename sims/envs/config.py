@@ -6,6 +6,14 @@ import dataclasses
 from dataclasses import dataclass, field
 
 TASKS = ("hover", "waypoint", "figure_eight")
+# What the observation's previous action (floats 18:22) holds; see QuadrotorTaskConfig.
+PREVIOUS_ACTIONS = ("auto", "clipped_hover", "raw_motor_state")
+
+
+def check_previous_action(value: str) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``PREVIOUS_ACTIONS``."""
+    if value not in PREVIOUS_ACTIONS:
+        raise ValueError(f"unknown previous_action {value!r}; choose one of {list(PREVIOUS_ACTIONS)}")
 
 
 def _range(name: str, r, positive_low: bool = False) -> tuple[float, float]:
@@ -150,6 +158,23 @@ class QuadrotorTaskConfig:
     ``action_history`` appends that many older actions (4 floats each, newest first, before the
     previous action's step) to the 22-float observation: motors lag, so an actor needs them to
     know what its motors are doing (as in Learning to Fly in Seconds).
+
+    ``previous_action`` says what the observation's previous action (floats 18:22, and the action history)
+    holds, in [-1, 1] motor-command units:
+
+    - ``clipped_hover`` (robo's own SAC policies): the command the step applied, clipped to [-1, 1]; after a
+      reset the hover command, whatever the motors are doing.
+    - ``raw_motor_state`` (RAPTOR's and Learning to Fly's; RLtools l2f at rl-tools 48488c58 of 2025-08-31, the
+      commit the ``l2f`` package pins): the policy's output as given, before the step clips it; after a reset each
+      motor's state mapped to [-1, 1] (``2 u_m - 1``, which equals the hover command only when the motors start at
+      hover). rl-tools clamps the observed value to [-1, 1] only from 88424229 (2026-01) on.
+    - ``auto`` (the default): ``clipped_hover``, unless the code that flies a known policy picks the policy's
+      own (``robo.evaluate.rollout`` picks ``raw_motor_state`` for RAPTOR-compatible policies, robo's
+      foundation GRUs and RAPTOR's released one). Training never resolves it, so robo's policies train on
+      ``clipped_hover``.
+
+    The applied command, the reward and the dynamics are the same under both; only what the policy is told it
+    did differs.
     """
 
     name: str = "hover"
@@ -161,6 +186,7 @@ class QuadrotorTaskConfig:
     figure_eight_randomization: FigureEightRandomization = field(default_factory=FigureEightRandomization)
     push: PushConfig = field(default_factory=PushConfig)
     action_history: int = 0
+    previous_action: str = "auto"
     init: InitConfig = field(default_factory=InitConfig)
     termination: TerminationConfig = field(default_factory=TerminationConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -170,6 +196,7 @@ class QuadrotorTaskConfig:
             raise ValueError(f"unknown task {self.name!r}; choose one of {list(TASKS)}")
         if self.episode_seconds <= 0:
             raise ValueError(f"episode_seconds must be positive, got {self.episode_seconds}")
+        check_previous_action(self.previous_action)
         if self.action_history < 0:
             raise ValueError(f"action_history must be >= 0, got {self.action_history}")
         if self.figure_eight_period <= 0:

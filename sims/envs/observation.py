@@ -7,8 +7,12 @@
 3:12     rotation matrix body -> world, flattened row-major
 12:15    linear velocity error v - v_ref, world frame, m/s
 15:18    angular velocity, body frame, rad/s
-18:22    previous action, normalized motor commands in [-1, 1] (FR, BR, BL, FL)
+18:22    previous action, normalized motor commands (FR, BR, BL, FL), in [-1, 1] but see below
 =======  ====================================================================
+
+What the previous action is, and what it is after a reset, is the task's ``previous_action`` (``clipped_hover``:
+robo's clipped command, the hover command after a reset; ``raw_motor_state``: RAPTOR's and L2F's raw policy
+output, which may leave [-1, 1], the motor states after a reset; see ``sims.envs.config.QuadrotorTaskConfig``).
 """
 
 from __future__ import annotations

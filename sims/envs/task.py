@@ -109,7 +109,10 @@ class BatchedQuadrotorTask:
         self.amplitude = torch.full((B,), config.figure_eight_amplitude, **f)
         self.omega = torch.full((B,), 2 * math.pi / config.figure_eight_period, **f)
         self.phase = torch.zeros(B, **f)
-        self.previous_action = torch.zeros(B, 4, **f)
+        self.previous_action = torch.zeros(B, 4, **f)  # (B, 4) what the observation reports, see previous_action_mode
+        # config.previous_action resolved: "clipped_hover" or "raw_motor_state" ("auto" is clipped_hover here; a
+        # flight of a known policy may set the policy's own for its duration, see robo.evaluate.rollout)
+        self.previous_action_mode = "clipped_hover" if config.previous_action == "auto" else config.previous_action
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
         self.levels = torch.full((B,), -1, **i)  # curriculum level of each env, -1: none
         # this episode's push (config.push): world-frame force (B, 3) N from step push_start (B,) (-1: none)
@@ -231,7 +234,10 @@ class BatchedQuadrotorTask:
         full_mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         full_mask[idx] = True
         self.sim.reset(s, full_mask)
-        self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
+        if self.previous_action_mode == "raw_motor_state":  # L2F: the motor states, in action units
+            self.previous_action[idx] = (2 * s[:, MOTOR] - 1).to(self.previous_action.dtype)
+        else:
+            self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
         self.action_history[idx] = self.previous_action[idx, None]
         self.steps[idx] = 0
         if cfg.push.probability > 0:
@@ -262,10 +268,11 @@ class BatchedQuadrotorTask:
     # Step ------------------------------------------------------------------
     def step(self, action: torch.Tensor) -> StepResult:
         """Apply (B, 4) actions in [-1, 1] (clipped; numpy or a tensor, moved to the task's device); no
-        automatic reset."""
-        action = torch.as_tensor(action, dtype=self.sim.state.dtype, device=self.device)
-        check_action(action, self.num_envs)
-        action = action.clamp(-1.0, 1.0)
+        automatic reset. The next observation's previous action is the clipped action, or the action as given
+        under ``previous_action_mode == "raw_motor_state"``."""
+        raw = torch.as_tensor(action, dtype=self.sim.state.dtype, device=self.device)
+        check_action(raw, self.num_envs)
+        action = raw.clamp(-1.0, 1.0)
         if self.config.push.probability > 0:
             since = self.steps - self.push_start
             on = (self.push_start >= 0) & (since >= 0) & (since < self.push_steps)
@@ -275,7 +282,7 @@ class BatchedQuadrotorTask:
         reward, terminated = self._reward_and_termination(action)
         if self.config.action_history:
             self.action_history = torch.cat([self.previous_action[:, None], self.action_history[:, :-1]], 1)
-        self.previous_action = action
+        self.previous_action = raw.clone() if self.previous_action_mode == "raw_motor_state" else action
         truncated = (self.steps >= self.max_steps) & ~terminated
         return StepResult(self.observe(), reward.float(), terminated, truncated)
 
@@ -287,7 +294,8 @@ class BatchedQuadrotorTask:
         w = s[:, OMEGA]
         hover_action = 2 * self.sim.params.hover_command() - 1
         r = cfg.reward
-        reward = quadrotor_reward(e_p, s[:, 3], e_v, w, action, hover_action, r, self.previous_action)
+        applied_before = self.previous_action.clamp(-1.0, 1.0)  # the action rate of applied commands, either mode
+        reward = quadrotor_reward(e_p, s[:, 3], e_v, w, action, hover_action, r, applied_before)
         t = cfg.termination
         terminated = ((e_p.norm(dim=-1) > t.position_error) | (s[:, VEL].norm(dim=-1) > t.velocity)
                       | (w.norm(dim=-1) > t.angular_velocity) | ~torch.isfinite(s).all(-1))
