@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from policies.base import Policy
+from policies.foundation import FoundationPolicy
 from sims.envs import make_batched_task
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor import ParamsBatch
@@ -50,14 +53,47 @@ class Rollout:
         return np.sqrt((half ** 2).mean(axis=0))
 
 
+def previous_action_convention(policy: Policy) -> str:
+    """The previous-action observation ``policy`` expects (``sims.envs.config.QuadrotorTaskConfig.previous_action``):
+    ``raw_motor_state`` for RAPTOR-compatible policies (``FoundationPolicy``: RAPTOR's released GRU and robo's
+    foundation GRUs, which imitate it), as RLtools l2f fed RAPTOR in training; ``clipped_hover`` for the rest
+    (robo's SAC/TD3/PPO actors and imitation policies, trained in robo's tasks)."""
+    return "raw_motor_state" if isinstance(policy, FoundationPolicy) else "clipped_hover"
+
+
+def resolve_previous_action(setting: str, policy: Policy) -> str:
+    """A task's or robot env's ``previous_action`` setting for a flight of ``policy``: ``auto`` becomes the policy's
+    own (``previous_action_convention``); ``clipped_hover`` and ``raw_motor_state`` stay as they are."""
+    return previous_action_convention(policy) if setting == "auto" else setting
+
+
+@contextmanager
+def previous_action_for(policy: Policy, env) -> Iterator[str]:
+    """While inside, ``env`` (a ``BatchedQuadrotorTask`` or a ``robo.real.RobotEnv``) reports the previous action the
+    way ``policy`` expects when its config says ``previous_action: auto`` (an explicit setting is kept); its own mode
+    comes back afterwards. Yields the mode flown. Reset ``env`` inside, so the first observation follows it."""
+    before = env.previous_action_mode
+    env.previous_action_mode = resolve_previous_action(env.config.previous_action, policy)
+    try:
+        yield env.previous_action_mode
+    finally:
+        env.previous_action_mode = before
+
+
 @torch.no_grad()
 def rollout(policy: Policy, task: BatchedQuadrotorTask, seconds: float, progress: bool = False) -> Rollout:
     """Reset ``task`` and fly ``policy`` for ``seconds`` without automatic resets.
 
     Environments that crash are frozen where they crashed and recorded in ``crashed_at``. The flight stays on
     the task's device (``task.device``; the policy's actions are moved there) and is copied to the host once,
-    at the end.
+    at the end. A task with ``previous_action: auto`` reports the previous action the way ``policy`` expects
+    (``previous_action_for``: RAPTOR's and L2F's ``raw_motor_state`` for RAPTOR-compatible policies).
     """
+    with previous_action_for(policy, task):
+        return _rollout(policy, task, seconds, progress)
+
+
+def _rollout(policy: Policy, task: BatchedQuadrotorTask, seconds: float, progress: bool) -> Rollout:
     steps = int(round(seconds / task.dt))
     B, device = task.num_envs, task.device
     obs = task.reset()

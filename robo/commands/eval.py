@@ -10,7 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from policies.chunked import ChunkedPolicy
-from robo.evaluate import flight_device, flight_metrics, rollout
+from policies.foundation import load_raptor
+from robo.evaluate import flight_device, flight_metrics, resolve_previous_action, rollout
 from robo.factory import make_policy, make_task
 from robo.media import write_flight_media
 from robo.run_dir import seed_run, write_json, write_resolved_config
@@ -25,14 +26,22 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if c["task"].get("kind") == "imitation":
         return evaluate_imitation(c, run_dir)
     policy = make_policy(c["policy"])
+    # task.previous_action: auto flies a RAPTOR-compatible policy the way L2F fed RAPTOR (raw_motor_state)
+    previous_action = resolve_previous_action(c["task"].get("previous_action", "auto"), policy)
+    if c["policy"]["kind"] == "raptor" and previous_action == "raw_motor_state":
+        # RAPTOR's last layer is linear and L2F clips its output only in the step, so the observation gets the raw
+        # output; robo's loader would clip it in the policy (the applied command is the same either way)
+        policy = load_raptor(c["policy"].get("path"), clip_actions=False)
     device = flight_device(c.get("device", "auto"), policy, c["sim"])
-    task = make_task(c["task"], c["robot"], c["sim"], int(cfg.num_envs), seed=int(cfg.seed), device=device)
+    task = make_task({**c["task"], "previous_action": previous_action}, c["robot"], c["sim"], int(cfg.num_envs),
+                     seed=int(cfg.seed), device=device)
     policy.save(run_dir / "checkpoints" / "policy")  # after the task is built: a bad robot leaves no folder
-    log.info("flying %s on %d x %s, task %s, %.1f s, on %s", c["policy"]["kind"], cfg.num_envs,
-             c["robot"]["preset"], c["task"]["name"], cfg.seconds, device)
+    log.info("flying %s on %d x %s, task %s, %.1f s, on %s, previous action %s", c["policy"]["kind"], cfg.num_envs,
+             c["robot"]["preset"], c["task"]["name"], cfg.seconds, device, previous_action)
     r = rollout(policy, task, float(cfg.seconds), progress=True)
     metrics = flight_metrics(r, float(cfg.success_radius))
-    metrics.update(task=c["task"]["name"], robot=c["robot"]["preset"], policy=c["policy"]["kind"], device=str(device))
+    metrics.update(task=c["task"]["name"], robot=c["robot"]["preset"], policy=c["policy"]["kind"], device=str(device),
+                   previous_action=previous_action)
     write_json(run_dir / "metrics.json", metrics)
     write_flight_media(run_dir, task, r, f"{c['task']['name']}: {c['policy']['kind']} on {c['robot']['preset']}",
                        int(cfg.plot_envs), c["video"])

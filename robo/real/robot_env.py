@@ -20,7 +20,7 @@ import torch
 
 from hardware.drivers.base import Robot, RobotState
 from hardware.safety import SafetyConfig, SafetyLayer
-from sims.envs.config import RewardConfig
+from sims.envs.config import RewardConfig, check_previous_action
 from sims.envs.observation import OBS_DIM, observe
 from sims.envs.quadrotor_env import ACTION_SPACE, make_robot
 from sims.envs.task import quadrotor_reward
@@ -32,7 +32,15 @@ class RobotEnvConfig:
     """hover_position: reference, world FLU m; max_steps: cap on env steps per episode;
     control_period: s between steps (pacing for real time; 0 = step as soon as a fresh state
     arrives, for lockstep simulators); state_timeout: s to wait for a fresh state; robot: preset
-    (name or dict) whose hover command is the reward's and the first observation's action."""
+    (name or dict) whose hover command is the reward's and the first observation's action.
+
+    previous_action: what the observation's previous action holds, as in the simulated tasks
+    (``sims.envs.config.QuadrotorTaskConfig``): ``clipped_hover``, the command the safety layer sent, and the
+    hover command after a reset; ``raw_motor_state`` (RAPTOR's and L2F's), the action the policy gave, before any
+    clipping, and after a reset the motor states the robot reports (``RobotState.extra["motors"]``, [0, 1], mapped
+    to [-1, 1]) or, where it reports none, the hover command (the motors of a vehicle hovering at the start; PX4's
+    RAPTOR module starts from 0); ``auto``: ``clipped_hover`` unless the code flying a known policy picks the
+    policy's own (``robo.evaluate.previous_action_for``)."""
 
     hover_position: tuple[float, float, float] = (0.0, 0.0, 1.0)
     max_steps: int = 500
@@ -40,8 +48,10 @@ class RobotEnvConfig:
     state_timeout: float = 0.2
     robot: str | dict = "crazyflie"
     reward: RewardConfig = field(default_factory=RewardConfig)
+    previous_action: str = "auto"
 
     def __post_init__(self) -> None:
+        check_previous_action(self.previous_action)
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.control_period < 0 or self.state_timeout <= 0:
@@ -65,6 +75,10 @@ class RobotEnv(gym.Env):
     checks) and returns the first observation. ``info``: ``position_error`` m, ``safety_events``
     (new ``SafetyEvent`` s of this step), ``stopped`` (a human stop ended the episode), ``state``
     (the ``RobotState`` the observation was made from).
+
+    ``previous_action`` (4,) is the command last sent (what drove the motors: the reward's and a twin's action);
+    ``observed_previous_action`` (4,) is what the observation reports, per ``previous_action_mode`` (the config's
+    ``previous_action`` resolved, see ``RobotEnvConfig``).
     """
 
     metadata = {"render_modes": []}
@@ -78,6 +92,9 @@ class RobotEnv(gym.Env):
         self.hover_action = float(make_robot(self.config.robot).hover_action)
         self.reference = torch.tensor([self.config.hover_position], dtype=torch.float64)
         self.previous_action = np.full(4, self.hover_action)
+        mode = self.config.previous_action
+        self.previous_action_mode = "clipped_hover" if mode == "auto" else mode
+        self.observed_previous_action = self.previous_action.copy()
         self.steps = 0
         self._state: RobotState | None = None
         self._n_events = 0
@@ -98,6 +115,7 @@ class RobotEnv(gym.Env):
             self.safety.arm()
         state = self.safety.read_state()  # the newest: each step then waits for one newer than this
         self.previous_action = np.full(4, self.hover_action)
+        self.observed_previous_action = self._reset_previous_action(state)
         self.steps = 0
         self._n_events = len(self.safety.events)
         self._state = state
@@ -112,6 +130,7 @@ class RobotEnv(gym.Env):
         before = self.previous_action
         if sent is not None:
             self.previous_action = sent
+            self.observed_previous_action = a.copy() if self.previous_action_mode == "raw_motor_state" else sent
             state = self._fresh_state(self._state)
             self._state = state if state is not None else self._state
         self.steps += 1
@@ -152,9 +171,20 @@ class RobotEnv(gym.Env):
                 return None if previous is not None else state
             time.sleep(max(pace_until - now, 0.0) if fresh else 2e-4)
 
+    def _reset_previous_action(self, state: RobotState | None) -> np.ndarray:
+        """(4,) the first observation's previous action: the hover command, or under ``raw_motor_state`` the
+        reported motor states mapped to [-1, 1] (the hover command where the robot reports none)."""
+        motors = None if state is None else state.extra.get("motors")
+        if self.previous_action_mode != "raw_motor_state" or motors is None:
+            return np.full(4, self.hover_action)
+        motors = np.asarray(motors, dtype=np.float64)
+        if motors.shape != (4,) or not np.isfinite(motors).all():
+            return np.full(4, self.hover_action)
+        return 2 * np.clip(motors, 0.0, 1.0) - 1
+
     def _observe(self, state: RobotState) -> np.ndarray:
         obs = observe(state_tensor(state), self.reference, torch.zeros(1, 3, dtype=torch.float64),
-                      torch.as_tensor(self.previous_action)[None])
+                      torch.as_tensor(self.observed_previous_action, dtype=torch.float64)[None])
         return obs[0].float().numpy()
 
     def _position_error(self, state: RobotState) -> float:
