@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from policies.base import Policy
 from policies.foundation import FoundationPolicy
-from sims.envs import make_batched_task
+from sims.envs import OBS_SLICES, make_batched_task
 from sims.envs.task import BatchedQuadrotorTask
 from sims.quadrotor import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams
@@ -78,6 +78,43 @@ def previous_action_for(policy: Policy, env) -> Iterator[str]:
         yield env.previous_action_mode
     finally:
         env.previous_action_mode = before
+
+
+def flown_policy(name: str, previous_action: str = "auto") -> Policy:
+    """``robo.factory.policy_by_name(name)`` (``raptor`` or a robo checkpoint folder) as a flight with the
+    ``previous_action`` setting flies it, as ``robo eval`` does: RAPTOR's released policy gives its raw, unclipped
+    output where the flight feeds it L2F's convention (``auto``, which resolves to ``raw_motor_state`` for it, or
+    ``raw_motor_state``), the output L2F fed back to it in training; under ``clipped_hover`` it clips, as
+    ``load_raptor`` does by default. The sim's step or the robot's safety layer clips the command it applies either
+    way: only the observation's previous action differs. Checkpoints load as saved."""
+    from policies.foundation import load_raptor
+    from robo.factory import policy_by_name
+    from sims.envs.config import check_previous_action
+
+    check_previous_action(previous_action)
+    if name == "raptor":
+        return load_raptor(clip_actions=previous_action == "clipped_hover")
+    return policy_by_name(name)
+
+
+def clipped_hover_observations(obs: np.ndarray, hover_action: np.ndarray, action_history: int = 0) -> np.ndarray:
+    """The observations ``clipped_hover`` reports for a flight flown under ``raw_motor_state``.
+
+    obs: (T, B, D) float32, one flight from a reset at t = 0 with no reset during it; hover_action: (B,) each env's
+    hover command in [-1, 1]; action_history: the task's. The previous action (floats 18:22) and the
+    ``action_history`` older ones after it (4 floats each) become the commands the steps applied (the raw ones
+    clipped to [-1, 1]), and the entries from before the first step (the reset's motor states) the hover command;
+    the rest is the same under both conventions. Returns a new (T, B, D) array."""
+    out = np.array(obs, copy=True)
+    start = OBS_SLICES["previous_action"].start
+    if out.ndim != 3 or out.shape[-1] < start + 4 * (action_history + 1):
+        raise ValueError(f"obs has shape {out.shape}, expected (T, B, >= {start + 4 * (action_history + 1)})")
+    hover = np.asarray(hover_action, dtype=out.dtype).reshape(1, -1, 1)
+    for k in range(action_history + 1):  # slot k holds the action of step t - 1 - k: the reset's for t <= k
+        cols = slice(start + 4 * k, start + 4 * (k + 1))
+        out[:, :, cols] = np.clip(out[:, :, cols], -1.0, 1.0)
+        out[:k + 1, :, cols] = hover
+    return out
 
 
 @torch.no_grad()

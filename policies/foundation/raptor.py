@@ -40,7 +40,14 @@ def _dense(group) -> tuple[np.ndarray, np.ndarray, str]:
 
 
 def load_raptor(path: str | Path | None = None, clip_actions: bool = True) -> FoundationPolicy:
-    """Convert RAPTOR's HDF5 checkpoint (default: the one in ``foundation-policy``) to a robo policy."""
+    """Convert RAPTOR's HDF5 checkpoint (default: the one in ``foundation-policy``) to a robo policy.
+
+    ``clip_actions`` clips the output to [-1, 1] in the policy. RAPTOR's last layer is linear and RLtools l2f,
+    where it was trained, fed its raw output back as the next observation's previous action (the step clips only
+    the command it applies), so a flight that feeds RAPTOR L2F's previous action (``raw_motor_state``) wants
+    ``clip_actions=False``; ``robo.evaluate.flown_policy`` picks it by the flight's convention, as ``robo eval``
+    does. The default stays True: the command applied is the same either way, and a clipped output is what robo's
+    own convention (``clipped_hover``) and a residual on top of RAPTOR expect."""
     import h5py
 
     path = Path(path) if path is not None else raptor_checkpoint_path()

@@ -19,8 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-from policies.foundation import load_raptor
 from policies.mlp import MLPPolicy
+from robo.evaluate import flown_policy
 from robo.foundation.config import FoundationRunConfig
 from robo.foundation.dagger import STUDENTS, as_policy, best_of_restarts, distill, distill_best, make_student, refine
 from robo.foundation.evaluate import evaluate_policy, figure_eight_metrics, hover_metrics
@@ -133,8 +133,10 @@ def run_pipeline(cfg: FoundationRunConfig, run_dir: Path, train_fn: Callable[[di
 
 
 def evaluate_all(cfg: FoundationRunConfig, policies: dict) -> dict[str, dict[str, float]]:
-    """Held-out rows for ``policies`` plus RAPTOR's released policy (``eval.raptor``) and an untrained GRU."""
+    """Held-out rows for ``policies`` plus RAPTOR's released policy (``eval.raptor``) and an untrained GRU.
+    RAPTOR flies as ``robo eval`` flies it: L2F's previous action (the held-out tasks say ``auto``) and its
+    unclipped output (``robo.evaluate.flown_policy``)."""
     quads = held_out_quadrotors(cfg)
-    extra = {"RAPTOR (released)": load_raptor()} if cfg.eval.raptor else {}
+    extra = {"RAPTOR (released)": flown_policy("raptor")} if cfg.eval.raptor else {}
     extra["untrained GRU"] = as_policy(make_student("gru", cfg.dagger))
     return {name: evaluate_policy(p, quads, cfg.eval) for name, p in {**policies, **extra}.items()}

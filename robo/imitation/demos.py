@@ -59,9 +59,12 @@ def pusht_demos(num_episodes: int, seed: int = 0, successful_only: bool = True,
 
 
 class _NoisyExecution:
-    """Executes ``teacher``'s action plus N(0, std^2) noise (clipped to [-1, 1]) and keeps the clean
-    actions as labels: DART (Laskey et al. 2017), so the demos visit the states a learner drifts into
-    and show how the teacher recovers from them."""
+    """Executes ``teacher``'s action plus N(0, std^2) noise and keeps the clean actions, clipped to [-1, 1], as
+    labels: DART (Laskey et al. 2017), so the demos visit the states a learner drifts into and show how the teacher
+    recovers from them. The executed action goes to the task as it is: the task's step clips the command it applies,
+    and under ``raw_motor_state`` the observation reports the action as given, as L2F reports a policy's output.
+    The labels are clipped because they are the commands applied (an unclipped RAPTOR's 1.6 flies as 1.0) and the
+    students act in [-1, 1]."""
 
     def __init__(self, teacher, std: float, seed: int):
         self.teacher, self.std = teacher, float(std)
@@ -73,8 +76,8 @@ class _NoisyExecution:
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         clean = torch.as_tensor(self.teacher.act(obs), dtype=torch.float32)
-        self.labels.append(clean.clone())
-        return (clean + self.std * torch.randn(clean.shape, generator=self.gen)).clamp(-1.0, 1.0)
+        self.labels.append(clean.clamp(-1.0, 1.0))
+        return clean + self.std * torch.randn(clean.shape, generator=self.gen)
 
 
 @torch.no_grad()
@@ -83,8 +86,14 @@ def quadrotor_demos(teacher, num_episodes: int, task: dict | str = "hover", robo
     """Fly ``teacher`` (any robo policy on the 22-float observation) on ``num_episodes`` quadrotors at
     once in the batched sim: [{"obs": (T, 22), "action": (T, 4) the teacher's clean normalized motor
     commands, "reward": (T,)}]. With ``action_noise`` > 0 the executed actions carry that much
-    Gaussian noise (DART). Flights that terminate early are dropped."""
+    Gaussian noise (DART). Flights that terminate early are dropped.
+
+    The teacher flies with its own previous-action convention where ``task`` says ``previous_action: auto``
+    (``robo.evaluate.previous_action_for``: L2F's ``raw_motor_state`` for RAPTOR), and the demos record what the
+    task reports to robo's own policies, the students' convention (``clipped_hover`` under ``auto``;
+    ``robo.evaluate.clipped_hover_observations``), which is what the students are flown with."""
     from robo.datasets.record import fly_policy
+    from robo.evaluate import clipped_hover_observations, previous_action_for
     from robo.factory import make_task
 
     if action_noise < 0:
@@ -93,7 +102,12 @@ def quadrotor_demos(teacher, num_episodes: int, task: dict | str = "hover", robo
     robot = {"preset": robot} if isinstance(robot, str) else dict(robot)
     env_task = make_task(task, robot, {"backend": "batched"}, num_episodes, seed=seed)
     pilot = _NoisyExecution(teacher, action_noise, seed)
-    obs, _, rew, lengths = fly_policy(pilot, env_task, float(seconds or env_task.config.episode_seconds))
+    recorded = env_task.previous_action_mode  # the students': what the task reports to robo's own policies
+    with previous_action_for(teacher, env_task) as flown:
+        obs, _, rew, lengths = fly_policy(pilot, env_task, float(seconds or env_task.config.episode_seconds))
+    if flown != recorded:  # auto: a RAPTOR-compatible teacher flew raw_motor_state, the students fly clipped_hover
+        hover = (2 * env_task.sim.params.hover_command() - 1).cpu().numpy()
+        obs = clipped_hover_observations(obs, hover, env_task.config.action_history)
     act = torch.stack(pilot.labels).numpy()
     return [{"obs": obs[:, b], "action": act[:, b], "reward": rew[:, b]}
             for b in range(num_episodes) if lengths[b] == len(obs)]
@@ -104,7 +118,9 @@ def teacher_flights(num_episodes: int, seed: int = 0, teacher: str = "raptor", t
                     seconds: float | None = None) -> list[Episode]:
     """The demo generator of imitation task ``quadrotor_tracking``: ``teacher`` (``"raptor"``, RAPTOR's
     released policy, or a robo checkpoint folder) flies ``num_episodes`` quadrotors on ``task`` with
-    DART action noise ``action_noise`` (``quadrotor_demos``: obs (T, 22), clean actions (T, 4))."""
-    from robo.factory import policy_by_name
+    DART action noise ``action_noise`` (``quadrotor_demos``: obs (T, 22), clean actions (T, 4)). RAPTOR flies as
+    ``robo eval`` flies it (``robo.evaluate.flown_policy``: its unclipped output under L2F's convention)."""
+    from robo.evaluate import flown_policy
 
-    return quadrotor_demos(policy_by_name(teacher), num_episodes, task, robot, action_noise, seed, seconds)
+    setting = task.get("previous_action", "auto") if isinstance(task, dict) else "auto"
+    return quadrotor_demos(flown_policy(teacher, setting), num_episodes, task, robot, action_noise, seed, seconds)
