@@ -13,6 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from hardware.drivers.px4 import PX4Robot
 from hardware.safety import SafetyConfig, SafetyLayer
+from policies.base import Policy
+from robo.evaluate import flown_policy, previous_action_convention, resolve_previous_action
 from robo.factory import policy_by_name
 from robo.foundation.teachers import robot_entry
 from robo.real.finetune import FinetuneConfig, FlyBack, HumanPrompt, ResidualAdapter, finetune, fly_episode, \
@@ -65,12 +67,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     gate = c["twin_gate"]
     if gate["tolerance"] is not None and int(c["twin_pretrain"]["steps"]) <= 0:
         raise ValueError("twin_gate.tolerance needs the twin: set twin_pretrain.steps > 0 (it identifies the robot)")
+    # the residual's base clips its output: the residual corrects the command the robot applies, as the twin's
+    # pre-training, snapshot scoring and gate (robo.twin) see it; the adapter's action, which the observation
+    # reports, is clipped either way. Flown alone (fly-back, identification) RAPTOR gives its raw output.
+    base = policy_by_name(c["base"])
     with open_robot(c["real_robot"]) as (robot, person):
-        env = RobotEnv(robot, RobotEnvConfig(hover_position=tuple(c["hover_position"]),
-                                             max_steps=int(c["episode_steps"]), control_period=0.0))
-        adapter = ResidualAdapter(policy_by_name(c["base"]), float(c["residual_scale"]))
+        env = RobotEnv(robot, robot_env_config(c, base))
+        adapter = ResidualAdapter(base, float(c["residual_scale"]))
         fly_back = c["reset"] == "fly_back"
-        reset = FlyBack(policy_by_name(c["base"]), start, int(c["reset_steps"]), person) if fly_back else person
+        reset = FlyBack(flown_policy(c["base"], env.config.previous_action), start, int(c["reset_steps"]),
+                        person) if fly_back else person
         def evaluate(actor=None) -> list[dict]:  # each episode after the reset controller: comparable starts
             out = []
             for i in range(int(c["eval_episodes"])):
@@ -121,18 +127,36 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     return result
 
 
+def robot_env_config(c: dict, base: Policy) -> RobotEnvConfig:
+    """The fine-tuning episodes' ``RobotEnvConfig`` (a ``robo finetune`` config ``c``): the previous action
+    ``base`` expects (``robo.evaluate.previous_action_convention``: L2F's ``raw_motor_state`` for RAPTOR and robo's
+    foundation GRUs), kept by the fly-back, the identification flight and the env rebuilt with the identified
+    robot, all of which derive their configs from this one."""
+    return RobotEnvConfig(hover_position=tuple(c["hover_position"]), max_steps=int(c["episode_steps"]),
+                          control_period=0.0, previous_action=previous_action_convention(base))
+
+
+def twin_task(task: str | dict, base: Policy) -> dict:
+    """``twin_pretrain.task`` with the previous action ``base`` expects where it says ``auto`` (or nothing), so the
+    residual learns in the twin on the observations it gets on the robot (``robot_env_config``)."""
+    t = {"name": task} if isinstance(task, str) else dict(task)
+    return {**t, "previous_action": resolve_previous_action(t.get("previous_action", "auto"), base)}
+
+
 def _pretrain(env: RobotEnv, reset, base, directory: Path, c: dict, start):
     """Identify the robot with the twin (one dithered flight), pre-train the learner in the calibrated
     twin into ``directory`` (fine-tuning resumes from it; with ``twin_pretrain.select`` from the
     snapshot the twin scores best from ``start``); returns the identified parameters."""
     pre = c["twin_pretrain"]
     reset(env)
-    twin, flight = identify(env, policy_by_name(pre["identify_policy"]), pre["nominal"], int(pre["identify_steps"]),
-                            seed=int(c["seed"]))
+    pilot = flown_policy(pre["identify_policy"])  # flown alone, in its own convention: RAPTOR's raw output
+    pilot_env = RobotEnv(env.safety, replace(env.config, previous_action=previous_action_convention(pilot)))
+    twin, flight = identify(pilot_env, pilot, pre["nominal"], int(pre["identify_steps"]), seed=int(c["seed"]))
     params = twin.calibrated_params()
     log.info("identified mass %.5f kg, thrust scale %.3f in %d real steps", params.mass,
              twin.estimate["thrust_scale"], int(pre["identify_steps"]))
-    cfg = TwinPretrainConfig(steps=int(pre["steps"]), residual_scale=float(c["residual_scale"]), task=pre["task"],
+    cfg = TwinPretrainConfig(steps=int(pre["steps"]), residual_scale=float(c["residual_scale"]),
+                             task=twin_task(pre["task"], base),
                              learning_rate=pre.get("learning_rate"), seed=int(c["seed"]),
                              snapshot_every=int(pre["snapshot_every"]), select_start=start if pre["select"] else None,
                              select_hover=tuple(c["hover_position"]))

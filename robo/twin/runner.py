@@ -21,6 +21,7 @@ import torch
 
 from hardware.drivers.base import RobotState
 from policies.base import Policy
+from robo.evaluate import previous_action_for
 from robo.real.robot_env import RobotEnv
 from sims.envs.observation import observe
 from sims.quadrotor.dynamics import POS, ParamsBatch, rk4_step
@@ -57,11 +58,21 @@ class TwinFlight:
 @torch.no_grad()
 def fly_with_twin(env: RobotEnv, twin: DigitalTwin, policy: Policy, mode: str = "shadow", steps: int = 500,
                   seed: int = 0, on_tick: Callable[[int, DigitalTwin], None] | None = None) -> TwinFlight:
-    """One episode of ``steps`` ticks on ``env`` (a ``RobotEnv``, so always through the safety layer)."""
+    """One episode of ``steps`` ticks on ``env`` (a ``RobotEnv``, so always through the safety layer). Where
+    ``env``'s config says ``previous_action: auto``, the episode reports the previous action the way ``policy``
+    expects (``robo.evaluate.previous_action_for``: L2F's ``raw_motor_state`` for RAPTOR-compatible policies);
+    twin in the loop, the twin's observation reports the same previous action as the robot's would
+    (``env.observed_previous_action``), while the twin predicts with the command sent (``env.previous_action``)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; choose one of {MODES}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    with previous_action_for(policy, env):
+        return _fly_with_twin(env, twin, policy, mode, steps, seed, on_tick)
+
+
+def _fly_with_twin(env: RobotEnv, twin: DigitalTwin, policy: Policy, mode: str, steps: int, seed: int,
+                   on_tick: Callable[[int, DigitalTwin], None] | None) -> TwinFlight:
     obs, info = env.reset(seed=seed)
     twin.reset(twin_measurement(info["state"]))
     policy.reset()
@@ -69,7 +80,7 @@ def fly_with_twin(env: RobotEnv, twin: DigitalTwin, policy: Policy, mode: str = 
     flight = TwinFlight()
     for t in range(steps):
         if mode == "twin_in_the_loop":
-            prev = torch.as_tensor(env.previous_action, dtype=torch.float64)[None]
+            prev = torch.as_tensor(env.observed_previous_action, dtype=torch.float64)[None]  # as env reports it
             obs = observe(twin.state[None], ref, torch.zeros(1, 3, dtype=torch.float64), prev)[0].float().numpy()
         action = np.asarray(policy.act(obs[None].astype(np.float32))[0], dtype=np.float64)
         obs, _, terminated, truncated, info = env.step(action)
