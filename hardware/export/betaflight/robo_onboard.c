@@ -5,7 +5,8 @@
      3:12  rotation body -> world, row-major from the firmware's attitude quaternion (getQuaternion)
      12:15 velocity, m/s                    from the simulator packet
      15:18 body rates, rad/s                from the firmware's filtered gyro (gyro.gyroADCf, deg/s)
-     18:22 previous action [FR, BR, BL, FL] in [-1, 1]
+     18:22 previous action [FR, BR, BL, FL] in [-1, 1]: the command last written, clipped; 0 after arming
+           (neither robo's clipped_hover nor L2F's raw_motor_state; docs/guide/hardware.md says why)
    Action (4,) in [-1, 1] -> motor = (a + 1) / 2 in [0, 1], written straight into the servo packet.
    The firmware's attitude is body FRD -> world NED; robo's is FLU -> NWU: (w, x, -y, -z).
    Each policy step is timed with the firmware's real-time clock (nanos64_real); a line
@@ -104,7 +105,7 @@ bool roboOnboardMotors(float motor_speed[4])
         wasArmed = false;
         return false;
     }
-    if (!wasArmed) {  /* a new flight: the policy's state and previous action start afresh */
+    if (!wasArmed) {  /* a new flight: the policy's state and previous action (0) start afresh */
         robo_policy_reset(&policyState);
         for (i = 0; i < 4; ++i) {
             action[i] = 0.0f;
