@@ -23,8 +23,33 @@ class DivergenceError(RuntimeError):
 
 
 def parameters_finite(parameters) -> bool:
-    """Whether every tensor in ``parameters`` (e.g. ``model.policy.parameters()``) is finite."""
-    return all(bool(torch.isfinite(p).all()) for p in parameters)
+    """Whether every tensor in ``parameters`` (e.g. ``model.policy.parameters()``) is finite (one reduction over
+    all of them: the max-abs norm is inf or nan exactly when an entry is)."""
+    with torch.no_grad():
+        return bool(torch.isfinite(torch.nn.utils.get_total_norm(list(parameters), float("inf"))))
+
+
+def _host(x) -> np.ndarray:
+    """A tensor (any device) or array-like as a numpy array."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _finite(x) -> bool:
+    return bool(torch.isfinite(x).all()) if isinstance(x, torch.Tensor) else bool(np.all(np.isfinite(x)))
+
+
+def step_arrays(local_vars: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(rewards, dones, position errors m or None, curriculum levels or None), each (n_envs,), of one vectorized
+    step from an algorithm's callback locals: SB3's per-env ``infos`` list, or the batched info dict of tensors
+    that robo's fast algorithms pass (``robo.rl.fast_off_policy``)."""
+    infos = local_vars["infos"]
+    if isinstance(infos, dict):
+        errors, levels = infos.get("position_error"), infos.get("level")
+    else:
+        errors = [i["position_error"] for i in infos] if all("position_error" in i for i in infos) else None
+        levels = [i.get("level", -1) for i in infos]
+    return (_host(local_vars["rewards"]), _host(local_vars["dones"]).astype(bool),
+            None if errors is None else _host(errors), None if levels is None else _host(levels))
 
 
 class TrainingCallback(BaseCallback):
@@ -76,23 +101,22 @@ class TrainingCallback(BaseCallback):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
 
     def _on_step(self) -> bool:
-        rewards, dones = self.locals["rewards"], self.locals["dones"]
+        rewards, dones, errors, levels = step_arrays(self.locals)
         obs = self.locals.get("new_obs")
-        if not np.all(np.isfinite(rewards)) or (obs is not None and not np.all(np.isfinite(obs))):
+        if not np.all(np.isfinite(rewards)) or (obs is not None and not _finite(obs)):
             raise DivergenceError(f"non-finite reward or observation at env step {self.num_timesteps}")
-        infos = self.locals["infos"]
         self._ep_return += rewards
-        self._ep_error += [info.get("position_error", 0.0) for info in infos]
+        if errors is not None:
+            self._ep_error += errors
         self._ep_len += 1
         for i in np.flatnonzero(dones):
             self.returns.append(float(self._ep_return[i]))
-            level = infos[i].get("level", -1)
+            level = int(levels[i]) if levels is not None else -1
             if self.on_episode_end is not None and level >= 0:
                 self.on_episode_end(level, float(self._ep_error[i] / self._ep_len[i]))
             self._ep_return[i] = self._ep_error[i] = self._ep_len[i] = 0.0
-        errs = [info["position_error"] for info in infos if "position_error" in info]
-        if errs:
-            self.errors.append(float(np.mean(errs)))
+        if errors is not None:
+            self.errors.append(float(np.mean(errors)))
         if self.bar is not None:
             self.bar.n = self.num_timesteps
             if self.n_calls % 20 == 0:

@@ -3,7 +3,8 @@
 SB3's ``save_replay_buffer`` pickles the whole allocation: a 1M-transition SAC buffer of the 36-float privileged
 observation is 316 MB from the first step on. ``save_filled`` writes the rows filled so far (all ``buffer_size``
 once it has wrapped around; about 316 bytes a transition with that observation); ``load_filled`` reads either
-kind of file back at the full capacity.
+kind of file back at the full capacity. Both take SB3's numpy ``ReplayBuffer`` and robo's
+``TensorReplayBuffer`` (rows as torch tensors; its pickle holds them as numpy arrays).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import copy
 from pathlib import Path
 
 import numpy as np
+import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.save_util import save_to_pkl
 
 ROW_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
 """The per-row storage of SB3's ReplayBuffer and DictReplayBuffer: arrays (dicts of arrays for dict
-observations) of ``buffer_size`` rows; ``next_observations`` is None with ``optimize_memory_usage``."""
+observations) of ``buffer_size`` rows (numpy arrays, or torch tensors in ``TensorReplayBuffer``);
+``next_observations`` is None with ``optimize_memory_usage``."""
 
 
 def _map_rows(buffer, fn) -> None:
@@ -26,7 +29,7 @@ def _map_rows(buffer, fn) -> None:
         v = getattr(buffer, k, None)
         if isinstance(v, dict):
             setattr(buffer, k, {n: fn(a) for n, a in v.items()})
-        elif isinstance(v, np.ndarray):
+        elif isinstance(v, (np.ndarray, torch.Tensor)):
             setattr(buffer, k, fn(v))
 
 
@@ -45,10 +48,12 @@ def load_filled(model: OffPolicyAlgorithm, path: str | Path) -> None:
     model.load_replay_buffer(path)
     size = model.replay_buffer.buffer_size
 
-    def grown(a: np.ndarray) -> np.ndarray:
+    def grown(a: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         if a.shape[0] == size:
             return a
-        full = np.zeros((size, *a.shape[1:]), dtype=a.dtype)
+        shape = (size, *a.shape[1:])
+        full = torch.zeros(shape, dtype=a.dtype, device=a.device) if isinstance(a, torch.Tensor) else np.zeros(
+            shape, dtype=a.dtype)
         full[:len(a)] = a
         return full
 

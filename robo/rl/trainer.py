@@ -34,6 +34,7 @@ from robo.device import sb3_device
 from robo.evaluate import describe, flight_metrics, rollout
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
+from robo.rl.fast_off_policy import BASE_ALGORITHM, FAST_ALGORITHMS
 from robo.rl.replay_file import load_filled, save_filled
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.rl.trim import trim_policy
@@ -43,7 +44,7 @@ from sims.envs.quadrotor_env import make_robot
 from sims.quadrotor.randomization import RandomizationConfig
 
 log = logging.getLogger(__name__)
-ALGORITHMS = {"td3": TD3, "sac": SAC, "ppo": PPO}
+ALGORITHMS = {"td3": TD3, "sac": SAC, "ppo": PPO, **FAST_ALGORITHMS}  # sac_fast / td3_fast: robo.rl.fast_off_policy
 ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
 AVERAGE_FILE = "actor_average.safetensors"
 
@@ -134,8 +135,9 @@ class Trainer:
         self.history: list[dict] = []
         self.best: dict | None = None  # metrics of the policy in checkpoints/best
         self.flown = None  # (actor, trim record) the last evaluate() flew, until _keep_if_best takes it
+        self.family = BASE_ALGORITHM.get(algo["name"], algo["name"])  # the SB3 algorithm: sac_fast is a SAC
         horizon = c["algo"].get("average_actor_steps")
-        if horizon and c["algo"]["name"] not in ("td3", "sac"):
+        if horizon and self.family not in ("td3", "sac"):
             raise ValueError(f"algo.average_actor_steps needs td3 or sac, not {c['algo']['name']}; set it to null")
         self.actor_average = ActorAverage(int(horizon)) if horizon else None
         self.model = None
@@ -149,7 +151,7 @@ class Trainer:
             kwargs["learning_rate"] = LinearSchedule(float(kwargs.get("learning_rate", 1e-3)), 0.0, 1.0)
         elif schedule != "constant":
             raise ValueError(f"algo.lr_schedule={schedule!r}; choose 'constant' or 'linear'")
-        if algo.get("action_noise_std") and algo["name"] in ("td3", "sac"):
+        if algo.get("action_noise_std") and self.family in ("td3", "sac"):
             kwargs["action_noise"] = NormalActionNoise(np.zeros(4), float(algo["action_noise_std"]) * np.ones(4))
         policy_kwargs = dict(algo.get("policy_kwargs") or {})
         activation = algo.get("activation", "relu")
@@ -157,7 +159,7 @@ class Trainer:
             raise ValueError(f"algo.activation={activation!r}; choose one of {sorted(ACTIVATIONS)}")
         policy_kwargs["activation_fn"] = ACTIVATIONS[activation]
         if self.c["privileged_critic"]:
-            policy, policy_kwargs["actor_obs_dim"] = POLICY_CLASSES[algo["name"]], self.actor_obs_dim
+            policy, policy_kwargs["actor_obs_dim"] = POLICY_CLASSES[self.family], self.actor_obs_dim
         else:
             policy = "MlpPolicy"
         model = ALGORITHMS[algo["name"]](policy, self.sb3_env, seed=int(self.c["seed"]), policy_kwargs=policy_kwargs,
