@@ -34,8 +34,6 @@ def _host(x) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-def _finite(x) -> bool:
-    return bool(torch.isfinite(x).all()) if isinstance(x, torch.Tensor) else bool(np.all(np.isfinite(x)))
 
 
 def step_arrays(local_vars: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -82,10 +80,12 @@ class TrainingCallback(BaseCallback):
         self.errors: deque[float] = deque(maxlen=100)
         self._ep_return: np.ndarray | None = None
         self._next_eval = self._next_ckpt = 0
+        self._parameters: list[torch.Tensor] = []
         self.bar: tqdm | None = None
         self.start_time = time.time()
 
     def _on_training_start(self) -> None:
+        self._parameters = list(self.model.policy.parameters())  # checked for divergence; loads keep the objects
         n = self.num_timesteps
         self._next_eval = (n // self.eval_every + 1) * self.eval_every
         self._next_ckpt = (n // self.checkpoint_every + 1) * self.checkpoint_every
@@ -97,13 +97,13 @@ class TrainingCallback(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         # runs after every gradient phase, before the actor drives the envs again
-        if not parameters_finite(self.model.policy.parameters()):
+        if not parameters_finite(self._parameters):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
 
     def _on_step(self) -> bool:
         rewards, dones, errors, levels = step_arrays(self.locals)
         obs = self.locals.get("new_obs")
-        if not np.all(np.isfinite(rewards)) or (obs is not None and not _finite(obs)):
+        if not np.all(np.isfinite(rewards)) or (obs is not None and not np.all(np.isfinite(_host(obs)))):
             raise DivergenceError(f"non-finite reward or observation at env step {self.num_timesteps}")
         self._ep_return += rewards
         if errors is not None:
@@ -136,7 +136,7 @@ class TrainingCallback(BaseCallback):
         return True
 
     def _evaluate(self) -> dict:
-        if not parameters_finite(self.model.policy.parameters()):
+        if not parameters_finite(self._parameters):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
         m = self.evaluate()
         m["wall_time"] = time.time() - self.start_time
@@ -149,7 +149,7 @@ class TrainingCallback(BaseCallback):
         return m
 
     def _checkpoint(self) -> None:
-        if not parameters_finite(self.model.policy.parameters()):
+        if not parameters_finite(self._parameters):
             raise DivergenceError(f"non-finite network parameters at env step {self.num_timesteps}")
         self.checkpoint(self.num_timesteps)
 

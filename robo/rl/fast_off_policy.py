@@ -38,9 +38,10 @@ from stable_baselines3.common.type_aliases import RolloutReturn, TrainFrequencyU
 from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.common.vec_env import VecEnv
 
-from robo.rl.fused_update import JointAdam, check_plain_critic, q_values, sac_distribution, squashed_sample, td3_action
+from robo.rl.fused_update import JointAdam, Networks, check_plain_critic, features, min_q, run, sac_sample
 from robo.rl.tensor_replay import TensorReplayBuffer
 from sims.envs.task import BatchedQuadrotorTask
+
 
 def step_batched_task(task: BatchedQuadrotorTask, actions: torch.Tensor):
     """One step of ``task`` with same-step autoreset (as ``QuadrotorVectorEnv.step``, on tensors).
@@ -97,6 +98,7 @@ class _FastOffPolicy:
             self._check_env(self.env)
         super()._setup_model()
         check_plain_critic(self.critic)
+        Networks.of(self.policy)  # refuses networks that are not plain MLPs
         if not np.allclose(self.action_space.low, -1) or not np.allclose(self.action_space.high, 1):
             raise ValueError(f"{name} takes actions in [-1, 1], not [{self.action_space.low}, "
                              f"{self.action_space.high}]")
@@ -193,12 +195,13 @@ class FastSAC(_FastOffPolicy, SAC):
     sb3_name = "SAC"
 
     def _policy_action(self, obs: torch.Tensor) -> torch.Tensor:
-        return squashed_sample(*sac_distribution(self.actor, obs))[0]
+        return sac_sample(Networks.of(self.policy, actor_only=True), features(self.actor, obs))[0]
 
-    def _losses(self, obs, actions, next_obs, dones, rewards) -> tuple[torch.Tensor, torch.Tensor]:
+    def _losses(self, obs, actions, next_obs, dones, rewards, nets: Networks | None = None):
         """(critic + actor + entropy-coefficient loss, [critic loss, actor loss, ent_coef, ent_coef loss]) of one
         minibatch: obs, next_obs (B, obs_dim), actions (B, A), dones, rewards (B, 1)."""
-        pi, log_prob = squashed_sample(*sac_distribution(self.actor, obs))
+        nets = nets or Networks.of(self.policy)
+        pi, log_prob = sac_sample(nets, features(self.actor, obs))
         log_prob = log_prob[:, None]
         if self.ent_coef_optimizer is not None:
             ent_coef = self.log_ent_coef.detach().exp()
@@ -206,12 +209,13 @@ class FastSAC(_FastOffPolicy, SAC):
         else:
             ent_coef, ent_coef_loss = self.ent_coef_tensor, torch.zeros((), device=obs.device)
         with torch.no_grad():
-            next_pi, next_log_prob = squashed_sample(*sac_distribution(self.actor, next_obs))
-            next_q = torch.cat(q_values(self.critic_target, next_obs, next_pi), 1).min(1, keepdim=True).values
+            next_pi, next_log_prob = sac_sample(nets, features(self.actor, next_obs))
+            next_q = min_q(nets.targets, features(self.critic_target, next_obs), next_pi)
             target = rewards + (1 - dones) * self.gamma * (next_q - ent_coef * next_log_prob[:, None])
-        critic_loss = 0.5 * sum(F.mse_loss(q, target) for q in q_values(self.critic, obs, actions))
-        q_pi = torch.cat(q_values(self.critic, obs, pi, frozen=True), 1).min(1, keepdim=True).values
-        actor_loss = (ent_coef * log_prob - q_pi).mean()
+        critic_features = features(self.critic, obs)
+        x = torch.cat([critic_features, actions], 1)
+        critic_loss = 0.5 * sum(F.mse_loss(run(q, x), target) for q in nets.critics)
+        actor_loss = (ent_coef * log_prob - min_q(nets.critics, critic_features, pi, frozen=True)).mean()
         stats = torch.stack([critic_loss, actor_loss, ent_coef.reshape(()), ent_coef_loss])
         return critic_loss + actor_loss + ent_coef_loss, stats
 
@@ -221,17 +225,17 @@ class FastSAC(_FastOffPolicy, SAC):
         self._update_learning_rate([o for o in optimizers if o is not None])
         joint = JointAdam(optimizers)
         critic, target = list(self.critic.parameters()), list(self.critic_target.parameters())
-        data = self.replay_buffer.sample_batches(gradient_steps, batch_size)
+        data, nets = self.replay_buffer.sample_batches(gradient_steps, batch_size), Networks.of(self.policy)
         stats = []
         for i in range(gradient_steps):
-            loss, s = self._losses(*(x[i] for x in data[:5]))
+            loss, s = self._losses(*(x[i] for x in data[:5]), nets=nets)
             joint.zero_grad()
             loss.backward()
             joint.step()
             if i % self.target_update_interval == 0:
                 self._polyak(critic, target)
                 polyak_update(self.batch_norm_stats, self.batch_norm_stats_target, 1.0)
-            stats.append(s)
+            stats.append(s.detach())
         self._n_updates += gradient_steps
         critic_loss, actor_loss, ent_coef, ent_coef_loss = torch.stack(stats).mean(0).tolist()
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
@@ -248,20 +252,24 @@ class FastTD3(_FastOffPolicy, TD3):
     sb3_name = "TD3"
 
     def _policy_action(self, obs: torch.Tensor) -> torch.Tensor:
-        return td3_action(self.actor, obs)
+        return run(Networks.of(self.policy, actor_only=True).actor, features(self.actor, obs))
 
-    def _losses(self, obs, actions, next_obs, dones, rewards, with_actor: bool) -> tuple[torch.Tensor, ...]:
+    def _losses(self, obs, actions, next_obs, dones, rewards, with_actor: bool, nets: Networks | None = None):
         """(critic [+ actor] loss, critic loss, actor loss or None) of one minibatch (shapes as ``FastSAC``)."""
+        nets = nets or Networks.of(self.policy)
         with torch.no_grad():
             noise = (torch.randn_like(actions) * self.target_policy_noise).clamp(-self.target_noise_clip,
                                                                                  self.target_noise_clip)
-            next_actions = (td3_action(self.actor_target, next_obs) + noise).clamp(-1, 1)
-            next_q = torch.cat(q_values(self.critic_target, next_obs, next_actions), 1).min(1, keepdim=True).values
+            next_actions = (run(nets.actor_target, features(self.actor_target, next_obs)) + noise).clamp(-1, 1)
+            next_q = min_q(nets.targets, features(self.critic_target, next_obs), next_actions)
             target = rewards + (1 - dones) * self.gamma * next_q
-        critic_loss = sum(F.mse_loss(q, target) for q in q_values(self.critic, obs, actions))
+        critic_features = features(self.critic, obs)
+        x = torch.cat([critic_features, actions], 1)
+        critic_loss = sum(F.mse_loss(run(q, x), target) for q in nets.critics)
         if not with_actor:
             return critic_loss, critic_loss, None
-        actor_loss = -q_values(self.critic, obs, td3_action(self.actor, obs), frozen=True, networks=1)[0].mean()
+        pi = run(nets.actor, features(self.actor, obs))
+        actor_loss = -min_q(nets.critics[:1], critic_features, pi, frozen=True).mean()  # SB3: q1_forward
         return critic_loss + actor_loss, critic_loss, actor_loss
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
@@ -270,18 +278,18 @@ class FastTD3(_FastOffPolicy, TD3):
         joint = JointAdam([self.actor.optimizer, self.critic.optimizer])
         critic, critic_target = list(self.critic.parameters()), list(self.critic_target.parameters())
         actor, actor_target = list(self.actor.parameters()), list(self.actor_target.parameters())
-        data = self.replay_buffer.sample_batches(gradient_steps, batch_size)
+        data, nets = self.replay_buffer.sample_batches(gradient_steps, batch_size), Networks.of(self.policy)
         critic_losses, actor_losses = [], []
         for i in range(gradient_steps):
             self._n_updates += 1
             delayed = self._n_updates % self.policy_delay == 0
-            loss, critic_loss, actor_loss = self._losses(*(x[i] for x in data[:5]), with_actor=delayed)
+            loss, critic_loss, actor_loss = self._losses(*(x[i] for x in data[:5]), with_actor=delayed, nets=nets)
             joint.zero_grad()
             loss.backward()
             joint.step()
-            critic_losses.append(critic_loss)
+            critic_losses.append(critic_loss.detach())
             if delayed:
-                actor_losses.append(actor_loss)
+                actor_losses.append(actor_loss.detach())
                 self._polyak(critic, critic_target)
                 self._polyak(actor, actor_target)
                 polyak_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)

@@ -8,13 +8,14 @@ On a CPU these small networks' time is mostly per-call overhead (the forward pas
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from stable_baselines3.common.policies import ContinuousCritic
-from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
-from stable_baselines3.sac.policies import Actor as SACActor
-from stable_baselines3.td3.policies import Actor as TD3Actor
+from stable_baselines3.common.policies import BaseModel, ContinuousCritic
+from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN, SACPolicy
+from stable_baselines3.td3.policies import TD3Policy
 from torch import nn
 from torch.optim.adam import adam
 
@@ -32,40 +33,83 @@ def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Te
     return action, log_prob - torch.log(1 - action.square() + SQUASH_EPS).sum(-1)
 
 
-def mlp(layers: nn.Sequential, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
-    """``layers(x)`` for SB3's Sequential of Linear layers and activations, without module calls (on a CPU their
-    overhead is a large part of a 64-unit network's time). ``frozen``: with the Linear weights detached."""
-    for layer in layers:
-        if type(layer) is nn.Linear:
-            w, b = layer.weight, layer.bias
-            x = F.linear(x, w.detach(), b.detach()) if frozen else F.linear(x, w, b)
+Layers = list[tuple[torch.Tensor, torch.Tensor, Callable | None]]
+"""An MLP as (weight (out, in), bias (out,), activation after it or None) per Linear layer."""
+
+
+def layers_of(seq: nn.Sequential) -> Layers:
+    """SB3's MLP ``seq`` (``create_mlp``: Linear layers, each followed by at most one ReLU or Tanh) as ``Layers``;
+    the tensors are the module's own parameters."""
+    layers: Layers = []
+    for m in seq:
+        if type(m) is nn.Linear and m.bias is not None:
+            layers.append((m.weight, m.bias, None))
+        elif type(m) in ACTIVATIONS and layers and layers[-1][2] is None:
+            layers[-1] = (layers[-1][0], layers[-1][1], ACTIVATIONS[type(m)])
         else:
-            x = ACTIVATIONS.get(type(layer), layer)(x)
+            raise ValueError(f"the fast algorithms run MLPs of biased Linear layers and ReLU / Tanh, not {seq}")
+    return layers
+
+
+def run(layers: Layers, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+    """The MLP ``layers`` at x (B, in) -> (B, out). ``frozen``: with its weights detached (gradients reach x only)."""
+    for w, b, act in layers:
+        x = F.linear(x, w.detach(), b.detach()) if frozen else F.linear(x, w, b)
+        if act is not None:
+            x = act(x)
     return x
 
 
-def sac_distribution(actor: SACActor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """SB3's ``Actor.get_action_dist_params`` (no gSDE): mean and clamped log std (B, A) at obs (B, obs_dim)."""
-    latent = mlp(actor.latent_pi, actor.extract_features(obs, actor.features_extractor))
-    log_std = F.linear(latent, actor.log_std.weight, actor.log_std.bias).clamp(LOG_STD_MIN, LOG_STD_MAX)
-    return F.linear(latent, actor.mu.weight, actor.mu.bias), log_std
+@dataclass
+class Networks:
+    """SB3's networks of one ``train`` call as ``Layers``: ``actor`` (SAC: ``latent_pi``, then the ``mu`` and
+    ``log_std`` heads; TD3: ``mu``, ending in tanh), ``critics`` and ``targets`` (one per Q-network), and TD3's
+    ``actor_target``. Building them is cheap; they hold the parameters themselves, not copies."""
+
+    actor: Layers
+    critics: list[Layers]
+    targets: list[Layers]
+    heads: tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    actor_target: Layers | None = None
+
+    @classmethod
+    def of(cls, policy: SACPolicy | TD3Policy, actor_only: bool = False) -> Networks:
+        """``policy``'s networks (``actor_only``: the actor's, for rollouts; the other fields empty)."""
+        critics = [] if actor_only else [layers_of(q) for q in policy.critic.q_networks]
+        targets = [] if actor_only else [layers_of(q) for q in policy.critic_target.q_networks]
+        if isinstance(policy, SACPolicy):
+            a = policy.actor
+            heads = ((a.mu.weight, a.mu.bias), (a.log_std.weight, a.log_std.bias))
+            return cls(layers_of(a.latent_pi), critics, targets, heads=heads)
+        target = None if actor_only else layers_of(policy.actor_target.mu)
+        return cls(layers_of(policy.actor.mu), critics, targets, actor_target=target)
 
 
-def td3_action(actor: TD3Actor, obs: torch.Tensor) -> torch.Tensor:
-    """SB3's TD3 ``Actor`` forward: the deterministic action (B, A) in [-1, 1] at obs (B, obs_dim)."""
-    return mlp(actor.mu, actor.extract_features(obs, actor.features_extractor))
+def sac_sample(nets: Networks, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAC's exploring action (B, A) and its log probability (B,) from the actor's features (B, F) (SB3's
+    ``Actor.action_log_prob``, no gSDE)."""
+    latent = run(nets.actor, features)
+    (mu_w, mu_b), (std_w, std_b) = nets.heads
+    return squashed_sample(F.linear(latent, mu_w, mu_b), F.linear(latent, std_w, std_b).clamp(LOG_STD_MIN, LOG_STD_MAX))
 
 
-def q_values(critic: ContinuousCritic, obs: torch.Tensor, actions: torch.Tensor, frozen: bool = False,
-             networks: int | None = None) -> list[torch.Tensor]:
-    """The first ``networks`` (default: all) Q-values (B, 1) of SB3's ``critic`` at obs (B, obs_dim), actions (B, A).
-    ``frozen``: with the weights detached, so gradients reach ``actions`` but not the critic."""
-    x = torch.cat([critic.extract_features(obs, critic.features_extractor), actions], 1)
-    return [mlp(q, x, frozen) for q in critic.q_networks[:networks]]
+def min_q(critics: list[Layers], features: torch.Tensor, actions: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+    """The smallest Q-value (B, 1) of ``critics`` at critic features (B, F) and actions (B, A)."""
+    x = torch.cat([features, actions], 1)
+    q = run(critics[0], x, frozen)
+    for c in critics[1:]:
+        q = torch.min(q, run(c, x, frozen))
+    return q
+
+
+def features(model: BaseModel, obs: torch.Tensor) -> torch.Tensor:
+    """``model``'s features extractor at obs (SB3's ``extract_features``: the actor's first ``actor_obs_dim``
+    floats under robo's asymmetric policies, the whole observation for critics)."""
+    return model.extract_features(obs, model.features_extractor)
 
 
 def check_plain_critic(critic: ContinuousCritic) -> None:
-    """``q_values(frozen=True)`` detaches Linear weights only: refuse critics with other parameters."""
+    """A frozen critic detaches its Linear weights only: refuse critics with other parameters."""
     other = [n for n, m in critic.named_modules() if type(m) is not nn.Linear
              and any(True for _ in m.parameters(recurse=False))]
     if other:

@@ -52,8 +52,10 @@ def load_filled(model: OffPolicyAlgorithm, path: str | Path) -> None:
         if a.shape[0] == size:
             return a
         shape = (size, *a.shape[1:])
-        full = torch.zeros(shape, dtype=a.dtype, device=a.device) if isinstance(a, torch.Tensor) else np.zeros(
-            shape, dtype=a.dtype)
+        if isinstance(a, torch.Tensor):
+            full = torch.zeros(shape, dtype=a.dtype, device=a.device)
+        else:
+            full = np.zeros(shape, dtype=a.dtype)
         full[:len(a)] = a
         return full
 

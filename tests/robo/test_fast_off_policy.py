@@ -284,9 +284,9 @@ def hover_trainer(tmp_path, algo: str, seed: int, total_steps: int) -> Trainer:
 
 @pytest.mark.slow
 def test_sb3_sac_and_sac_fast_learn_hover_equally(tmp_path):
-    """Same seeds, budget (36k env steps, about 1 min for sac_fast and 1.5 min for sac here) and settings: the mean
-    evaluation returns of seeds 0 and 1 agree within 15 (about 20 %; seed to seed they spread by about 5), and
-    both learned (the untrained actor scores under 30, the trained ones about 75 of at most 220)."""
+    """Same seeds, budget (36k env steps: 48 s a run for sac_fast, 68 s for sac on the loaded 2-core machine) and
+    settings: the mean evaluation returns of seeds 0 and 1 agree within 15 (measured: sac 94.0 / 94.5, sac_fast
+    104.6 / 95.2; seed to seed they spread by up to 10), and both learned (the untrained actor scores 23.5)."""
     untrained = hover_trainer(tmp_path, "sac", 0, 0)
     untrained.model = untrained._build_model()
     before = evaluation_return(untrained)
