@@ -28,6 +28,7 @@ replay buffer class, and ``VecNormalize`` (use ``algo=sac`` / ``td3`` with ``nor
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 
 import numpy as np
 import torch
@@ -40,22 +41,8 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from robo.rl.fused_update import JointAdam, Networks, check_plain_critic, features, min_q, run, sac_sample
 from robo.rl.tensor_replay import TensorReplayBuffer
+from sims.envs.quadrotor_env import autoreset_step
 from sims.envs.task import BatchedQuadrotorTask
-
-
-def step_batched_task(task: BatchedQuadrotorTask, actions: torch.Tensor):
-    """One step of ``task`` with same-step autoreset (as ``QuadrotorVectorEnv.step``, on tensors).
-
-    actions (B, 4) in [-1, 1]. Returns ``(obs, final_obs, reward, terminated, truncated, info)``: obs (B, obs_dim)
-    after the resets (a done env's new first observation), final_obs (B, obs_dim) before them, reward (B,),
-    terminated / truncated (B,) bool, and info ``{"position_error": (B,) m before any reset, "level": (B,)}``.
-    """
-    r = task.step(actions)
-    ref, _ = task.reference()
-    info = {"position_error": (task.state[:, :3] - ref).norm(dim=-1), "level": task.levels.clone()}
-    done = r.terminated | r.truncated
-    obs = task.reset(done) if bool(done.any()) else r.obs
-    return obs, r.obs, r.reward, r.terminated, r.truncated, info
 
 
 def batched_task(env: VecEnv) -> BatchedQuadrotorTask:
@@ -77,7 +64,7 @@ def _noise(noise: ActionNoise, n: int, device: torch.device) -> torch.Tensor:
     return torch.as_tensor(noise(), dtype=torch.float32, device=device).reshape(n, -1)
 
 
-class _FastOffPolicy:
+class _FastOffPolicy(ABC):
     """What ``FastSAC`` and ``FastTD3`` share: the tensor replay buffer, the checks, and tensor rollouts."""
 
     FAST_STATE = ("_rollout_obs", "_rollout_obs_source", "_episode_return", "_episode_length")
@@ -113,9 +100,9 @@ class _FastOffPolicy:
     def _excluded_save_params(self) -> list[str]:
         return super()._excluded_save_params() + list(self.FAST_STATE)
 
+    @abstractmethod
     def _policy_action(self, obs: torch.Tensor) -> torch.Tensor:
         """(B, A) exploration action of the current actor at obs (B, obs_dim), before action noise."""
-        raise NotImplementedError
 
     def _start_rollout(self, n: int) -> torch.Tensor:
         """The current observation as a tensor; fresh episode statistics whenever SB3 reset the env."""
@@ -149,7 +136,7 @@ class _FastOffPolicy:
                 if action_noise is not None:
                     actions = (actions + _noise(action_noise, n, self.device)).clamp(-1, 1)
             new_obs, final_obs, rewards, terminated, truncated, infos = (
-                x.to(self.device) if isinstance(x, torch.Tensor) else x for x in step_batched_task(task, actions))
+                x.to(self.device) if isinstance(x, torch.Tensor) else x for x in autoreset_step(task, actions))
             dones = terminated | truncated
             self.num_timesteps += n
             steps += 1

@@ -177,18 +177,29 @@ class QuadrotorVectorEnv(VectorEnv):
         a = torch.as_tensor(np.asarray(actions), dtype=self.core.state.dtype)
         if a.shape != (self.num_envs, 4):
             raise ValueError(f"actions have shape {tuple(a.shape)}, expected ({self.num_envs}, 4)")
-        r = self.core.step(a)
-        ref, _ = self.core.reference()
-        info: dict[str, Any] = {"position_error": _host((self.core.state[:, :3] - ref).norm(dim=-1)),
-                                "level": _host(self.core.levels).copy()}
-        done = r.terminated | r.truncated
-        obs = r.obs
-        done_host = _host(done)
+        obs, final_obs, reward, terminated, truncated, t_info = autoreset_step(self.core, a)
+        info: dict[str, Any] = {"position_error": _host(t_info["position_error"]), "level": _host(t_info["level"])}
+        done_host = _host(terminated | truncated)
         if done_host.any():
-            info["final_obs"] = _host(obs).copy()
+            info["final_obs"] = _host(final_obs).copy()
             info["_final_obs"] = done_host.copy()
-            obs = self.core.reset(done)
-        return _host(obs), _host(r.reward), _host(r.terminated), _host(r.truncated), info
+        return _host(obs), _host(reward), _host(terminated), _host(truncated), info
+
+
+def autoreset_step(task: BatchedQuadrotorTask, actions: torch.Tensor):
+    """One step of ``task`` with same-step autoreset, on tensors (``QuadrotorVectorEnv.step`` is this on numpy;
+    robo's fast off-policy rollouts call it directly).
+
+    actions (B, 4) in [-1, 1]. Returns ``(obs, final_obs, reward, terminated, truncated, info)``: obs (B, obs_dim)
+    after the resets (a done env's new first observation), final_obs (B, obs_dim) before them, reward (B,),
+    terminated / truncated (B,) bool, and info ``{"position_error": (B,) m before any reset, "level": (B,)}``.
+    """
+    r = task.step(actions)
+    ref, _ = task.reference()
+    info = {"position_error": (task.state[:, :3] - ref).norm(dim=-1), "level": task.levels.clone()}
+    done = r.terminated | r.truncated
+    obs = task.reset(done) if bool(done.any()) else r.obs
+    return obs, r.obs, r.reward, r.terminated, r.truncated, info
 
 
 def _host(x: torch.Tensor) -> np.ndarray:

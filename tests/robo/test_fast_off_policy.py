@@ -15,13 +15,14 @@ from tests.hydra_configs import composed_dict
 from policies.mlp import MLPPolicy
 from policies.registry import load_policy
 from robo.rl.asymmetric import POLICY_CLASSES
-from robo.rl.fast_off_policy import FastSAC, FastTD3, step_batched_task
+from robo.rl.fast_off_policy import FastSAC, FastTD3
 from robo.rl.fused_update import JointAdam
 from robo.rl.replay_file import load_filled, save_filled
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.rl.tensor_replay import TensorReplayBuffer
 from robo.rl.trainer import Trainer
 from sims.envs import QuadrotorVectorEnv, make_task_config
+from sims.envs.quadrotor_env import autoreset_step
 
 OBS = spaces.Box(-np.inf, np.inf, (3,), np.float32)
 ACT = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -93,7 +94,7 @@ def test_replay_buffer_file_holds_the_filled_rows_as_numpy_and_loads_back_whole(
 
 
 def test_a_tensor_step_is_the_vector_envs_step():
-    """step_batched_task (what the fast rollouts call) gives what QuadrotorVectorEnv.step gives SB3: the same
+    """autoreset_step (what the fast rollouts call) gives what QuadrotorVectorEnv.step gives SB3: the same
     observations after same-step resets, final observations, rewards, flags and infos."""
     task = make_task_config("hover", episode_seconds=0.05)
     a, b = (QuadrotorVectorEnv(6, task, privileged=True) for _ in range(2))
@@ -103,7 +104,7 @@ def test_a_tensor_step_is_the_vector_envs_step():
     for _ in range(12):
         actions = rng.uniform(-1, 1, (6, 4)).astype(np.float32)
         obs, reward, terminated, truncated, info = a.step(actions)
-        t_obs, final, t_reward, t_term, t_trunc, t_info = step_batched_task(b.core, torch.as_tensor(actions))
+        t_obs, final, t_reward, t_term, t_trunc, t_info = autoreset_step(b.core, torch.as_tensor(actions))
         np.testing.assert_array_equal(t_obs.numpy(), obs)
         np.testing.assert_array_equal(t_reward.numpy(), reward)
         np.testing.assert_array_equal(t_term.numpy(), terminated)
