@@ -3,8 +3,9 @@
     python benchmarks/steer_robustness.py task=obstacle_reach total_env_steps=6000 --bases 5 --seeds 1 \
         [--methods dsrl,dsrl_na,residual_sac] [--base-steps 1000] [--target 0.95] [--out runs/bench_steer_robustness]
 
-Base k is ``robo train policy=diffusion_mlp task=<task> policy.train.steps=<--base-steps> seed=k threads=1``
-in ``<out>/base<k>`` (trained once; an existing folder is reused). Each (base, SAC seed, method) run trains
+Base k is ``robo train policy=<--base-policy> task=<task> policy.train.steps=<--base-steps> seed=k threads=1``
+in ``<out>/base<k>`` (``<out>/<policy>_base<k>`` for a ``--base-policy`` other than diffusion_mlp; trained once,
+an existing folder is reused). Each (base, SAC seed, method) run trains
 as ``benchmarks/steer.py`` does (``key=value`` words: Hydra overrides of configs/steer.yaml, after
 ``BENCH_DEFAULTS``) in ``<out>/base<k>/<method>_seed<s>``. Scores, each on ``eval.episodes`` episodes from
 ``eval.seed`` through the batched chunked evaluation (the seeds the base is reported on; the deploy gate
@@ -12,7 +13,7 @@ uses its own): the base with N(0, I) noise, the final steered policy, and the de
 (``checkpoints/best``: the gate's pick, steered or the base; a method without a steered policy deploys its
 final agent, scored by the trainer). Prints one row per run and a summary per method (deployed >= base,
 runs at >= ``--target``, median env steps to the first training evaluation at ``--target``); writes
-``<out>/results.json``.
+``<out>/results.json`` (``--results``).
 """
 
 from __future__ import annotations
@@ -37,13 +38,17 @@ from steer import BENCH_DEFAULTS
 from table import print_table
 
 
-def train_base(k: int, task: str, steps: int, out: Path) -> Path:
-    """The policy folder of base k (trained unless ``out/base<k>`` already holds one)."""
-    policy = out / f"base{k}" / "checkpoints" / "latest" / "policy"
+def base_folder(k: int, kind: str, out: Path) -> Path:
+    return out / (f"base{k}" if kind == "diffusion_mlp" else f"{kind}_base{k}")
+
+
+def train_base(k: int, kind: str, task: str, steps: int, out: Path) -> Path:
+    """The policy folder of base k (trained unless its folder already holds one)."""
+    folder = base_folder(k, kind, out)
+    policy = folder / "checkpoints" / "latest" / "policy"
     if not policy.is_dir():
-        cmd = [sys.executable, "-m", "robo", "train", "policy=diffusion_mlp", f"task={task}",
-               f"policy.train.steps={steps}", f"seed={k}", "threads=1",
-               f"hydra.run.dir={out / f'base{k}'}"]
+        cmd = [sys.executable, "-m", "robo", "train", f"policy={kind}", f"task={task}",
+               f"policy.train.steps={steps}", f"seed={k}", "threads=1", f"hydra.run.dir={folder}"]
         logging.info("training base %d: %s", k, " ".join(cmd[2:]))
         subprocess.run(cmd, check=True, capture_output=True)
     return policy.resolve()
@@ -105,8 +110,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1, help="SAC seeds (0..S-1) per base and method")
     ap.add_argument("--methods", default="dsrl", help="comma-separated configs/algo names")
     ap.add_argument("--base-steps", type=int, default=1000, help="policy.train.steps of each base")
+    ap.add_argument("--base-policy", default="diffusion_mlp", help="the bases' policy config (diffusion_mlp, energy)")
     ap.add_argument("--target", type=float, default=0.95, help="success rate counted as reached")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_steer_robustness"))
+    ap.add_argument("--results", type=Path, default=None,
+                    help="where the rows go (default <out>/results.json; one per process sharing --out)")
     args = parse(ap)
     if any(o.lstrip("+~").startswith(("algo=", "base=", "seed=")) for o in args.overrides):
         fail(ap, "the bases, SAC seeds and methods are --bases, --seeds and --methods")
@@ -115,7 +123,7 @@ def main() -> None:
     cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
     rows = []
     for k in range(args.bases):
-        policy_dir = train_base(k, cfg.task.name, args.base_steps, args.out)
+        policy_dir = train_base(k, args.base_policy, cfg.task.name, args.base_steps, args.out)
         base = load_policy(policy_dir)
         base_success = success(base, OmegaConf.to_container(cfg, resolve=True))
         for s in range(args.seeds):
@@ -124,10 +132,11 @@ def main() -> None:
                     *BENCH_DEFAULTS, *args.overrides, f"base={policy_dir}", f"seed={s}", f"algo={method}"]),
                     resolve=True)
                 row = {"base": k, "seed": s, "method": method, "base_success": base_success,
-                       **run_one(c, base, args.out / f"base{k}" / f"{method}_seed{s}", args.target)}
+                       **run_one(c, base, base_folder(k, args.base_policy, args.out) / f"{method}_seed{s}",
+                                 args.target)}
                 logging.info("run: %s", row)
                 rows.append(row)
-                (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+                (args.results or args.out / "results.json").write_text(json.dumps(rows, indent=1))
     print_table(rows, ["base", "seed", "method", "base_success", "final", "deployed", "deployed_kind",
                        "gate_lower_bound", "steps_to_target", "wall_min"])
     print()
