@@ -7,7 +7,7 @@ Base k is ``robo train policy=<--base-policy> task=<task> policy.train.steps=<--
 in ``<out>/base<k>`` (``<out>/<policy>_base<k>`` for a ``--base-policy`` other than diffusion_mlp; trained once,
 an existing folder is reused). Each (base, SAC seed, method) run trains
 as ``benchmarks/steer.py`` does (``key=value`` words: Hydra overrides of configs/steer.yaml, after
-``BENCH_DEFAULTS``) in ``<out>/base<k>/<method>_seed<s>``. Scores, each on ``eval.episodes`` episodes from
+``BENCH_DEFAULTS``) in ``<base's folder>/<method>_seed<s>``. Scores, each on ``eval.episodes`` episodes from
 ``eval.seed`` through the batched chunked evaluation (the seeds the base is reported on; the deploy gate
 uses its own): the base with N(0, I) noise, the final steered policy, and the deployed one
 (``checkpoints/best``: the gate's pick, steered or the base; a method without a steered policy deploys its
@@ -42,9 +42,8 @@ def base_folder(k: int, kind: str, out: Path) -> Path:
     return out / (f"base{k}" if kind == "diffusion_mlp" else f"{kind}_base{k}")
 
 
-def train_base(k: int, kind: str, task: str, steps: int, out: Path) -> Path:
-    """The policy folder of base k (trained unless its folder already holds one)."""
-    folder = base_folder(k, kind, out)
+def train_base(k: int, kind: str, task: str, steps: int, folder: Path) -> Path:
+    """The policy of base k, trained in ``folder`` unless it already holds one."""
     policy = folder / "checkpoints" / "latest" / "policy"
     if not policy.is_dir():
         cmd = [sys.executable, "-m", "robo", "train", f"policy={kind}", f"task={task}",
@@ -123,7 +122,8 @@ def main() -> None:
     cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
     rows = []
     for k in range(args.bases):
-        policy_dir = train_base(k, args.base_policy, cfg.task.name, args.base_steps, args.out)
+        folder = base_folder(k, args.base_policy, args.out)
+        policy_dir = train_base(k, args.base_policy, cfg.task.name, args.base_steps, folder)
         base = load_policy(policy_dir)
         base_success = success(base, OmegaConf.to_container(cfg, resolve=True))
         for s in range(args.seeds):
@@ -132,8 +132,7 @@ def main() -> None:
                     *BENCH_DEFAULTS, *args.overrides, f"base={policy_dir}", f"seed={s}", f"algo={method}"]),
                     resolve=True)
                 row = {"base": k, "seed": s, "method": method, "base_success": base_success,
-                       **run_one(c, base, base_folder(k, args.base_policy, args.out) / f"{method}_seed{s}",
-                                 args.target)}
+                       **run_one(c, base, folder / f"{method}_seed{s}", args.target)}
                 logging.info("run: %s", row)
                 rows.append(row)
                 (args.results or args.out / "results.json").write_text(json.dumps(rows, indent=1))
