@@ -6,7 +6,10 @@ Both are SB3 algorithms (``SAC`` / ``TD3`` subclasses: the same constructor and 
 
 - replay: a ``TensorReplayBuffer``, preallocated torch tensors on the model's device; nothing goes through numpy;
 - rollouts: ``collect_rollouts`` steps the torch batched task behind the env (``BatchedQuadrotorTask``) directly,
-  with same-step autoreset. A done env's transition stores its episode's last observation as next observation,
+  with same-step autoreset. A task on the model's device (``robo train`` builds it there) is stepped in place, with
+  no copies; one elsewhere (e.g. a CPU env for a CUDA model) gets the actions and gives back its results by one copy
+  each per step. The current observation stays a tensor between rollouts: SB3's numpy ``_last_obs`` is made from it
+  only when the model is saved. A done env's transition stores its episode's last observation as next observation,
   and a truncation (time limit, not a termination) is stored as a timeout, so its target bootstraps: what SB3's
   ``_store_transition`` does with ``terminal_observation`` and ``TimeLimit.truncated``;
 - updates: each gradient step is one fused loss (SAC: critic + actor + entropy coefficient; TD3: critic, plus
@@ -52,6 +55,18 @@ def batched_task(env: VecEnv) -> BatchedQuadrotorTask:
         raise ValueError(f"the fast algorithms step a torch batched task: give them SB3VecEnvAdapter(QuadrotorVectorEnv"
                          f"(...)), optionally VecMonitor-wrapped, not {type(env.unwrapped).__name__}")
     return task
+
+
+def same_device(a: str | torch.device, b: str | torch.device) -> bool:
+    """Whether ``a`` and ``b`` name one device: ``cuda`` is ``cuda:<current>`` (SB3 keeps ``cuda`` without an index,
+    tensors report ``cuda:0``)."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or a.index == b.index:
+        return True
+    return (torch.cuda.current_device() if a.index is None else a.index) == (
+        torch.cuda.current_device() if b.index is None else b.index)
 
 
 def _noise(noise: ActionNoise, n: int, device: torch.device) -> torch.Tensor:
@@ -113,8 +128,22 @@ class _FastOffPolicy(ABC):
         return self._rollout_obs
 
     def _end_rollout(self, obs: torch.Tensor) -> None:
-        self._rollout_obs = obs
-        self._last_obs = self._rollout_obs_source = obs.cpu().numpy()  # SB3's view of it (saved with the model)
+        # SB3's _last_obs holds the tensor (no host copy per rollout); save() turns it into SB3's numpy array
+        self._rollout_obs = self._last_obs = self._rollout_obs_source = obs
+
+    def save(self, path, exclude=None, include=None) -> None:
+        """SB3's ``save``; the current observation goes into the file as SB3 keeps it (numpy, device-free)."""
+        if isinstance(self._last_obs, torch.Tensor):
+            self._last_obs = self._rollout_obs_source = self._last_obs.cpu().numpy()
+        super().save(path, exclude, include)
+
+    def _step(self, task: BatchedQuadrotorTask, actions: torch.Tensor) -> tuple:
+        """``autoreset_step`` of ``task``, its tensors on the model's device: in place when the task is there,
+        else with the actions copied to the task and its results copied back (infos stay on the task's device)."""
+        if same_device(task.device, self.device):
+            return autoreset_step(task, actions)
+        result = autoreset_step(task, actions.to(task.device))
+        return tuple(x.to(self.device) if isinstance(x, torch.Tensor) else x for x in result)
 
     def collect_rollouts(self, env: VecEnv, callback, train_freq, replay_buffer: TensorReplayBuffer,
                          action_noise: ActionNoise | None = None, learning_starts: int = 0,
@@ -135,8 +164,7 @@ class _FastOffPolicy(ABC):
                     actions = self._policy_action(obs)
                 if action_noise is not None:
                     actions = (actions + _noise(action_noise, n, self.device)).clamp(-1, 1)
-            new_obs, final_obs, rewards, terminated, truncated, infos = (
-                x.to(self.device) if isinstance(x, torch.Tensor) else x for x in autoreset_step(task, actions))
+            new_obs, final_obs, rewards, terminated, truncated, infos = self._step(task, actions)
             dones = terminated | truncated
             self.num_timesteps += n
             steps += 1

@@ -9,6 +9,10 @@ only copy, for resume),
 Checkpoint folder ``checkpoints/best``: the deployable actor (``policy/``) of the best
 evaluation so far (fewest crashes, then lowest median final position error) and its
 ``metrics.json``; written atomically after every evaluation that beats it.
+
+Devices (``device``): SB3's networks train there; with sac_fast / td3_fast the training env's batched sim lives
+there too (SB3's sac, td3 and ppo read numpy: their env stays on the CPU); evaluations fly the exported actor on
+the device. Checkpoints are device-free (safetensors and SB3's zip load on the CPU).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from robo.curriculum import (AdaptiveCurriculum, CurriculumLog, PrioritizedLevel
                              apply)
 from robo.curriculum.level_sampler import LevelReplayParamSampler
 from robo.device import sb3_device
-from robo.evaluate import describe, flight_metrics, rollout
+from robo.evaluate import describe, flight_device, flight_metrics, rollout
 from robo.rl.asymmetric import POLICY_CLASSES, export_actor
 from robo.rl.callbacks import ActorAverage, DivergenceError, TrainingCallback
 from robo.rl.fast_off_policy import BASE_ALGORITHM, FAST_ALGORITHMS
@@ -115,15 +119,18 @@ class Trainer:
 
     def __init__(self, c: dict[str, Any], run_dir: Path):
         self.c, self.run_dir = c, Path(run_dir)
-        self.device = sb3_device(c.get("device", "auto"))  # SB3's networks; the batched sim stays on the CPU
+        self.device = sb3_device(c.get("device", "auto"))  # SB3's networks
         self.ckpt_dir = self.run_dir / "checkpoints"
         algo = c["algo"]
         if algo["name"] not in ALGORITHMS:
             raise ValueError(f"unknown algo {algo['name']!r}; choose one of {sorted(ALGORITHMS)}")
+        self.step_backend = (c.get("sim") or {}).get("step_backend", "torch")
+        self.sim_device = self._sim_device(algo["name"])
         self.robot = make_robot(c["robot"])
         self.level_sampler = make_level_sampler(c.get("curriculum"), int(c["seed"]))
         self.venv = QuadrotorVectorEnv(int(c["num_envs"]), c["task"], c["robot"], param_sampler=self.level_sampler,
-                                       privileged=bool(c["privileged_critic"]))
+                                       privileged=bool(c["privileged_critic"]), step_backend=self.step_backend,
+                                       device=self.sim_device)
         self.venv.reset(seed=int(c["seed"]))
         self.sb3_env = VecMonitor(SB3VecEnvAdapter(self.venv))
         if c["algo"].get("normalize_observations", False):
@@ -141,6 +148,21 @@ class Trainer:
             raise ValueError(f"algo.average_actor_steps needs td3 or sac, not {c['algo']['name']}; set it to null")
         self.actor_average = ActorAverage(int(horizon)) if horizon else None
         self.model = None
+
+    def _sim_device(self, algo: str) -> torch.device:
+        """Where the training env's batched sim lives. sac_fast / td3_fast step its tensors themselves: on SB3's
+        device, so rollouts, replay and updates stay there. SB3's own algorithms (sac, td3, ppo) read and store
+        numpy each step (``SB3VecEnvAdapter``, SB3's numpy buffers): a sim on the GPU would only add a copy out per
+        step, so it stays on the CPU. The C step (``sim.step_backend=c``) runs on the CPU only: the env and the
+        evaluations stay there (as ``robo eval`` does, ``robo.evaluate.flight_device``), SB3's networks do not."""
+        device = torch.device(self.device)
+        if device.type == "cpu":
+            return device
+        if self.step_backend != "torch":
+            log.warning("device=%s: sim.step_backend=%s runs on the CPU; the env and evaluations fly there, "
+                        "the networks train on %s", device, self.step_backend, device)
+            return torch.device("cpu")
+        return device if algo in FAST_ALGORITHMS else torch.device("cpu")
 
     # Model -------------------------------------------------------------------
     def _build_model(self):
@@ -170,11 +192,13 @@ class Trainer:
         return model
 
     # Evaluation ----------------------------------------------------------------
-    def evaluation_task(self):
-        """The seeded evaluation task of ``c["eval"]``: ``num_envs`` random starts at rest within
-        ``position_radius`` m and ``angle_deg``, whatever distribution training starts from."""
+    def evaluation_task(self, device: str | torch.device = "cpu"):
+        """The seeded evaluation task of ``c["eval"]`` on ``device``: ``num_envs`` random starts at rest within
+        ``position_radius`` m and ``angle_deg``, whatever distribution training starts from (the same starts on
+        every device: the task draws them on the host)."""
         e = self.c["eval"]
-        task = make_batched_task(self.c["task"], self.c["robot"], int(e["num_envs"]))
+        task = make_batched_task(self.c["task"], self.c["robot"], int(e["num_envs"]), step_backend=self.step_backend,
+                                 device=device)
         init = task.config.init
         init.position_radius, init.angle_deg = float(e["position_radius"]), float(e["angle_deg"])
         init.velocity = init.angular_velocity = init.guidance = 0.0
@@ -182,10 +206,13 @@ class Trainer:
         return task
 
     def evaluate(self) -> dict:
-        """Fly the deployable actor (``deployed_policy``) on the evaluation task."""
+        """Fly the deployable actor (``deployed_policy``) on the evaluation task, on the run's device where the
+        actor and the sim can fly there (``robo.evaluate.flight_device``; robo's MLP actor can), else the CPU."""
         e = self.c["eval"]
         policy, trim = self.flown = self.deployed_policy()
-        m = flight_metrics(rollout(policy, self.evaluation_task(), float(e["seconds"])),
+        spec = self.c.get("device", "auto") if self.step_backend == "torch" else "cpu"  # C step: warned in __init__
+        device = flight_device(spec, policy, {"step_backend": self.step_backend})  # moves policy there
+        m = flight_metrics(rollout(policy, self.evaluation_task(device), float(e["seconds"])),
                            float(e["success_radius"]))
         return m if trim is None else {**m, "trim_offset_m": trim["offset_m"]}
 

@@ -20,6 +20,11 @@ reward: -1 per env step until success, so the return counts the steps it took.
 "minus one per step" would pay the agent to crash early). The chunk stops early on
 termination/truncation.
 
+Device: ``LatentNoiseEnv`` and ``ResidualChunkEnv`` decode on ``device``, where their base policy's weights are
+(``steering_decoder`` makes such a copy): a step sends the window and the noise there and brings the executed
+actions back, once; the wrapped env (MuJoCo, gym) stays on the CPU. The default ``device="cpu"`` is the CPU code
+path, unchanged bit for bit.
+
 Real-robot use: ``max_env_steps`` caps the env steps of an episode (then ``truncated``), and
 ``request_stop()`` (thread-safe: call it from a UI or a keyboard thread) stops sending actions
 before the next one, calls ``on_stop(env)`` (e.g. a driver's hold/land) and truncates the
@@ -28,6 +33,8 @@ episode with ``info["stopped"] = True``; ``reset()`` is then required.
 
 from __future__ import annotations
 
+import copy
+import logging
 import threading
 from collections.abc import Callable
 
@@ -37,7 +44,9 @@ import torch
 
 from policies.chunked import ChunkedPolicy, with_single_guess
 from policies.steered.modeling_steered import check_base
+from robo.device import move_policy
 
+log = logging.getLogger(__name__)
 REWARDS = ("env", "success")
 
 
@@ -174,40 +183,44 @@ class ChunkEnv(gym.Env):
 class LatentNoiseEnv(ChunkEnv):
     """DSRL: the action a (horizon * action_dim,) in [-1, 1] is the frozen policy's initial noise
     ``noise_bound * a`` (reshaped (horizon, action_dim)); a step executes the decoded chunk's
-    executed part."""
+    executed part. ``device``: where ``policy``'s weights are and it decodes (``steering_decoder``)."""
 
     def __init__(self, env: gym.Env, policy: ChunkedPolicy, noise_bound: float = 1.5,
-                 n_action_steps: int | None = None, **kwargs):
+                 n_action_steps: int | None = None, device: str | torch.device = "cpu", **kwargs):
         check_base(policy)
         if not noise_bound > 0:
             raise ValueError(f"noise_bound must be > 0, got {noise_bound}")
         _check_dims(env, policy)
         n_act = _n_action_steps(policy, n_action_steps)
         super().__init__(env, policy.n_obs_steps, n_act, **kwargs)
+        self.device = _check_weights_on(policy, device)
         self.policy, self.noise_bound = with_single_guess(policy), float(noise_bound)  # chunk = f(obs, noise)
         self.noise_shape = tuple(policy.noise_shape)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (int(np.prod(self.noise_shape)),), dtype=np.float32)
 
     def decode(self, action: np.ndarray) -> np.ndarray:
-        noise = self.noise_bound * torch.as_tensor(action, dtype=torch.float32).reshape(1, *self.noise_shape)
+        a = torch.as_tensor(action, dtype=torch.float32, device=self.device)
+        noise = self.noise_bound * a.reshape(1, *self.noise_shape)
         return _executed(self.policy, self._window, noise, self.n_action_steps)
 
 
 class ResidualChunkEnv(ChunkEnv):
     """Residual RL: base chunk from N(0, I) noise (drawn from the env's seeded RNG) plus
-    ``residual_scale * a``, a (n_action_steps * action_dim,) in [-1, 1]."""
+    ``residual_scale * a``, a (n_action_steps * action_dim,) in [-1, 1]. ``device``: as ``LatentNoiseEnv``'s."""
 
     def __init__(self, env: gym.Env, policy: ChunkedPolicy, residual_scale: float = 0.05,
-                 n_action_steps: int | None = None, **kwargs):
+                 n_action_steps: int | None = None, device: str | torch.device = "cpu", **kwargs):
         check_base(policy)
         _check_dims(env, policy)
         n_act = _n_action_steps(policy, n_action_steps)
         super().__init__(env, policy.n_obs_steps, n_act, **kwargs)
+        self.device = _check_weights_on(policy, device)
         self.policy, self.residual_scale = with_single_guess(policy), float(residual_scale)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (n_act * self.env_action_dim,), dtype=np.float32)
 
     def decode(self, action: np.ndarray) -> np.ndarray:
-        noise = torch.as_tensor(self.np_random.standard_normal((1, *self.policy.noise_shape)), dtype=torch.float32)
+        noise = torch.as_tensor(self.np_random.standard_normal((1, *self.policy.noise_shape)), dtype=torch.float32,
+                                device=self.device)
         base = _executed(self.policy, self._window, noise, self.n_action_steps)
         return base + self.residual_scale * action.reshape(self.n_action_steps, self.env_action_dim)
 
@@ -250,6 +263,50 @@ def executed_actions(policy: ChunkedPolicy, windows: torch.Tensor, noise: torch.
 
 
 def _executed(policy: ChunkedPolicy, window: np.ndarray, noise: torch.Tensor, n: int) -> np.ndarray:
-    """``executed_actions`` for one window (n_obs_steps, obs_dim) -> (n, action_dim) float64."""
-    hist = torch.as_tensor(window, dtype=torch.float32)[None]
-    return executed_actions(policy, hist, noise, n)[0].numpy().astype(np.float64)
+    """``executed_actions`` for one window (n_obs_steps, obs_dim) on ``noise``'s device -> (n, action_dim) float64
+    on the host."""
+    hist = torch.as_tensor(window, dtype=torch.float32, device=noise.device)[None]
+    return executed_actions(policy, hist, noise, n)[0].cpu().numpy().astype(np.float64)
+
+
+def _weight_modules(policy) -> list[torch.nn.Module]:
+    """The modules holding ``policy``'s weights (those ``robo.device.move_policy`` moves)."""
+    if hasattr(policy, "weight_copies"):
+        return list(policy.weight_copies())
+    model = getattr(policy, "model", None)
+    return [model] if isinstance(model, torch.nn.Module) else []
+
+
+def _check_weights_on(policy: ChunkedPolicy, device: str | torch.device) -> torch.device:
+    """``device`` as a torch device, after checking that ``policy``'s weights are there."""
+    device = torch.device(device)
+    for m in _weight_modules(policy):
+        for p in m.parameters():
+            if p.device.type != device.type or device.index not in (None, p.device.index):
+                raise ValueError(f"the base policy's weights are on {p.device}, but it decodes on device={device}; "
+                                 f"give a copy on {device} (robo.steer.steering_decoder)")
+            break
+    return device
+
+
+def steering_decoder(policy: ChunkedPolicy, device: str | torch.device) -> tuple[ChunkedPolicy, torch.device]:
+    """(decoder, its device): the base policy that the chunk envs decode with. On the CPU ``policy`` itself; on
+    another device a copy with its weights there, when its ``predict_chunk`` of device tensors answers on that
+    device (tried once: a diffusion or energy policy does), else ``policy`` and the CPU, with a warning. ``policy``
+    itself is left where it is (the steered policy that is saved, evaluated and deployed holds it)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return policy, device
+    try:
+        decoder = move_policy(copy.deepcopy(policy), device)
+        window = torch.zeros(1, policy.n_obs_steps, policy.obs_dim, device=device)
+        chunk = with_single_guess(decoder).predict_chunk(window, torch.zeros(1, *policy.noise_shape, device=device))
+        ok = isinstance(chunk, torch.Tensor) and chunk.device.type == device.type
+    except (AttributeError, RuntimeError, TypeError, ValueError) as e:
+        ok = False
+        log.debug("probe decode on %s failed: %s", device, e)
+    if not ok:
+        log.warning("device=%s: %s does not decode on %s tensors; the base decodes on the CPU", device,
+                    type(policy).__name__, device.type)
+        return policy, torch.device("cpu")
+    return decoder, device

@@ -8,6 +8,11 @@ best evaluation; at the end the deploy gate (``robo/steer/gate.py``, config ``de
 the final one and the base on fresh validation episodes and keeps a steered one only if it beats the
 base by a confidence bound, else the base itself (``state.json``: the decision). ``train(resume=True)``
 continues from ``latest``.
+
+Devices (``device``): SAC's networks train there, and the chunk envs decode SAC's noise through a copy of the base
+on it (``steering_decoder``; the env itself, MuJoCo or gym, stays on the CPU, crossed once per decision). The base
+that the steered policy holds stays on the CPU: checkpoints, the deploy gate and its evaluations use it there.
+DSRL-NA's networks run on the CPU, and so does its base.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint
 from .critics import LayerNormCriticSACPolicy
 from .dsrl_na import DSRLNA, DSRLNAConfig
 from .gate import Decision, gate
-from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv
+from .envs import ActionChunkEnv, ChunkEnv, LatentNoiseEnv, ResidualChunkEnv, steering_decoder
 
 log = logging.getLogger(__name__)
 NA_STATE = "dsrl_na.pt"
@@ -50,16 +55,17 @@ ACTIVATIONS = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
 DEPLOY_DEFAULTS = {"gate": True, "episodes": 200, "seed": None, "confidence": 0.95, "margin": 0.0}  # configs/steer.yaml
 
 
-def make_chunk_env(mode: str, env: gym.Env, base: ChunkedPolicy | None, a: dict) -> ChunkEnv:
+def make_chunk_env(mode: str, env: gym.Env, base: ChunkedPolicy | None, a: dict,
+                   device: str | torch.device = "cpu") -> ChunkEnv:
     """``a``: the algo config (noise_bound, residual_scale, n_action_steps, reward, reward_offset,
-    max_env_steps)."""
+    max_env_steps); ``device``: where ``base``'s weights are and it decodes (``steering_decoder``)."""
     common = dict(reward=a.get("reward", "env"), reward_offset=float(a.get("reward_offset", 0.0)),
                   failure_reward=float(a.get("failure_reward", 0.0)), max_env_steps=a.get("max_env_steps"))
     n_act = a.get("n_action_steps")
     if mode == "latent":
-        return LatentNoiseEnv(env, base, float(a.get("noise_bound", 1.5)), n_act, **common)
+        return LatentNoiseEnv(env, base, float(a.get("noise_bound", 1.5)), n_act, device=device, **common)
     if mode == "residual":
-        return ResidualChunkEnv(env, base, float(a.get("residual_scale", 0.05)), n_act, **common)
+        return ResidualChunkEnv(env, base, float(a.get("residual_scale", 0.05)), n_act, device=device, **common)
     if mode == "action":
         return ActionChunkEnv(env, int(a.get("n_obs_steps", 1)), int(n_act or 1), **common)
     raise ValueError(f"unknown steering mode {mode!r}; choose one of {list(MODES)}")
@@ -164,13 +170,18 @@ class SteerTrainer:
             raise ValueError(f"algo.mode={self.mode} steers a base policy: pass base=<policy checkpoint folder>")
         self.budget, self.progress = int(c["total_env_steps"]), progress
         self.ckpt_dir = self.run_dir / "checkpoints"
+        self.device = sb3_device(c.get("device"))  # SAC's networks
+        # the envs decode SAC's noise with a copy of the base on SAC's device (the base itself on the CPU);
+        # DSRL-NA's networks are CPU-only, so is its base; algo.mode=action decodes nothing
+        cpu = base is None or self.mode == "action" or self.algo.get("name") == "dsrl_na"
+        self.decoder, self.decode_device = (base, torch.device("cpu")) if cpu else steering_decoder(base, self.device)
         self.envs = [self.make_env() for _ in range(int(c.get("num_envs", 1)))]
         # imagined envs (a world model behind the same chunk wrapper) add data but no real env steps
         n_imagined = int(c.get("imagined_envs", 0))
         if n_imagined and make_imagined_env is None:
             raise ValueError(f"imagined_envs={n_imagined} needs make_imagined_env (a world-model env factory)")
-        self.imagined_envs = [make_chunk_env(self.mode, make_imagined_env(), base, self.algo)
-                              for _ in range(n_imagined)]
+        self.imagined_envs = [make_chunk_env(self.mode, make_imagined_env(), self.decoder, self.algo,
+                                             self.decode_device) for _ in range(n_imagined)]
         self.venv = DummyVecEnv([lambda e=e: e for e in self.envs + self.imagined_envs])
         self.venv.seed(int(c["seed"]))
         self.model: SAC | None = None
@@ -179,7 +190,7 @@ class SteerTrainer:
         self.start_time = time.time()
 
     def make_env(self) -> ChunkEnv:
-        return make_chunk_env(self.mode, self._make_task_env(), self.base, self.algo)
+        return make_chunk_env(self.mode, self._make_task_env(), self.decoder, self.algo, self.decode_device)
 
     @property
     def env_steps(self) -> int:
@@ -202,7 +213,7 @@ class SteerTrainer:
         pk["activation_fn"] = ACTIVATIONS[a.get("activation", "relu")]
         policy = LayerNormCriticSACPolicy if a.get("critic_layer_norm", False) else "MlpPolicy"
         model = SteerSAC(policy, self.venv, policy_kwargs=pk, seed=int(self.c["seed"]), verbose=0,
-                         tensorboard_log=str(self.run_dir / "tensorboard"), device=sb3_device(self.c.get("device")),
+                         tensorboard_log=str(self.run_dir / "tensorboard"), device=self.device,
                          **(a.get("kwargs") or {}))
         warmup = a.get("warmup", "uniform")
         if warmup not in WARMUPS:
@@ -314,7 +325,7 @@ class SteerTrainer:
             self.model = self._build_model()
             self.model.load_state_dict(torch.load(path / NA_STATE, weights_only=False))
         else:
-            self.model = SteerSAC.load(path / "sb3.zip", env=self.venv, device=sb3_device(self.c.get("device")),
+            self.model = SteerSAC.load(path / "sb3.zip", env=self.venv, device=self.device,
                                        tensorboard_log=str(self.run_dir / "tensorboard"))
             self.model.load_replay_buffer(path / "replay_buffer.pkl")
         state = read_state(path)

@@ -1,5 +1,10 @@
-"""The one device setting (robo.device), its checks, the imitation trainer on it, and Ray sweeps (robo.sweep)."""
+"""The one device setting (robo.device), its checks, the imitation trainer, evaluation, world models and DSRL
+steering on it, and Ray sweeps (robo.sweep)."""
 
+import logging
+from types import SimpleNamespace
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -204,6 +209,113 @@ def test_world_models_fitted_on_cuda_match_the_cpu_fit():
             assert y.device.type == "cpu", name
             if x.is_floating_point():
                 torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-4, msg=name)
+
+
+# Steering (DSRL) on the device ----------------------------------------------------------------------
+TOY_TASK = "robo/ObstacleReach-v0"
+
+
+class _Chunker:
+    """A stand-in chunked base for the toy task (obs (2,), action (2,)): the chunk is the noise plus a linear map of
+    the newest observation, on whatever device its input is."""
+
+    kind, obs_dim, action_dim, n_obs_steps, horizon, n_action_steps = "chunker", 2, 2, 2, 8, 4
+    noise_shape = (8, 2)
+    config = SimpleNamespace(image_shape=None)
+
+    def __init__(self):
+        self.model = torch.nn.Linear(2, 2)
+
+    def reset(self, mask=None):
+        pass
+
+    def predict_chunk(self, obs_history, noise=None):
+        return noise + self.model(obs_history[:, -1])[:, None]
+
+
+class _NumpyChunker(_Chunker):
+    def predict_chunk(self, obs_history, noise=None):
+        return super().predict_chunk(obs_history.cpu(), noise.cpu()).detach().numpy()
+
+
+def _steer_config(algo: str = "dsrl", **over) -> dict:
+    from robo.commands.steer import algo_config
+
+    a = algo_config(algo, ["kwargs.learning_starts=10", "kwargs.gradient_steps=1", "policy_kwargs.net_arch=[16]",
+                           "kwargs.batch_size=8"] if algo != "dsrl_na" else [])
+    return {"algo": a, "total_env_steps": 40, "num_envs": 1, "seed": 0, "eval_every": 40, "checkpoint_every": 40,
+            "eval": {"episodes": 1, "episodes_during_training": 1, "seed": 100000}, "deploy": {"gate": False},
+            **over}
+
+
+def test_steering_decodes_with_a_copy_of_the_base_on_the_device(monkeypatch, tmp_path, caplog):
+    import sims  # noqa: F401  (registers the toy task)
+    from robo.steer import LatentNoiseEnv, SteerTrainer, steering_decoder
+    from robo.steer import trainer as steer_trainer
+
+    base, cpu = _Chunker(), torch.device("cpu")
+    assert steering_decoder(base, "cpu") == (base, cpu)  # the CPU path: the base itself
+    # a stand-in accelerator: "meta" tensors have devices but no data, enough to see who moves where
+    decoder, device = steering_decoder(base, "meta")
+    assert device.type == "meta" and decoder.model.weight.device.type == "meta"
+    assert base.model.weight.device.type == "cpu", "the base (what the steered policy holds) stays on the CPU"
+    numpy_only = _NumpyChunker()
+    with caplog.at_level(logging.WARNING, logger="robo.steer.envs"):
+        assert steering_decoder(numpy_only, "meta") == (numpy_only, cpu)
+    assert "does not decode on meta tensors" in caplog.text
+    with pytest.raises(ValueError, match="weights are on cpu, but it decodes on device=meta"):
+        LatentNoiseEnv(gym.make(TOY_TASK), base, device="meta")
+
+    monkeypatch.setattr(steer_trainer, "sb3_device", lambda spec: "meta")  # SAC's device
+    t = SteerTrainer(_steer_config(num_envs=2), tmp_path / "dsrl", base, lambda: gym.make(TOY_TASK), progress=False)
+    assert t.decode_device.type == "meta" and t.decoder is not base
+    assert all(e.device.type == "meta" and e.policy.model.weight.device.type == "meta" for e in t.envs)
+    assert t.envs[0].policy is t.envs[1].policy, "one copy of the base for all the envs"
+    assert base.model.weight.device.type == "cpu"
+    na = SteerTrainer(_steer_config("dsrl_na"), tmp_path / "na", base, lambda: gym.make(TOY_TASK), progress=False)
+    assert na.decoder is base and na.envs[0].device == cpu  # DSRL-NA's networks, and so its base, are on the CPU
+
+
+def _tiny_run(tmp_path, **over):
+    import sims  # noqa: F401
+    from robo.steer import SteerTrainer
+    from tests.policies.test_steered import tiny_diffusion
+
+    base = tiny_diffusion()
+    t = SteerTrainer(_steer_config(**over), tmp_path, base, lambda: gym.make(TOY_TASK), progress=False)
+    return t, base, t.train()
+
+
+def test_steering_on_an_explicit_cpu_decodes_the_base_itself_as_before(tmp_path, no_cuda):
+    """device=cpu (and auto without a GPU) decodes with the base itself on the CPU, each decision the chunk of the
+    formula the envs used before they took a device, bit for bit; both settings give the same run."""
+    t, base, final = _tiny_run(tmp_path / "cpu", device="cpu")
+    env = t.envs[0]
+    assert t.decoder is base and env.policy is base and env.device == torch.device("cpu")
+    assert str(t.model.device) == "cpu"
+    env.reset(seed=3)
+    a = env.action_space.sample()
+    noise = env.noise_bound * torch.as_tensor(a, dtype=torch.float32).reshape(1, *env.noise_shape)
+    chunk = torch.as_tensor(base.predict_chunk(torch.as_tensor(env.window, dtype=torch.float32)[None], noise))
+    start = base.n_obs_steps - 1
+    np.testing.assert_array_equal(env.decode(a), chunk[0, start:start + env.n_action_steps].numpy().astype(np.float64))
+    auto, _, final_auto = _tiny_run(tmp_path / "auto", device="auto")
+    assert {k: v for k, v in final.items() if k != "wall_time"} == {k: v for k, v in final_auto.items()
+                                                                    if k != "wall_time"}
+    for x, y in zip(t.model.policy.state_dict().values(), auto.model.policy.state_dict().values()):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_steering_on_cuda_decodes_there_and_saves_a_cpu_policy(tmp_path):
+    from policies.registry import load_policy
+
+    t, base, final = _tiny_run(tmp_path, device="cuda")
+    assert t.decode_device.type == "cuda" and t.model.device.type == "cuda" and final["env_steps"] >= 40
+    assert {p.device.type for m in t.decoder.weight_copies() for p in m.parameters()} == {"cuda"}
+    assert {p.device.type for m in base.weight_copies() for p in m.parameters()} == {"cpu"}
+    saved = load_policy(tmp_path / "checkpoints" / "latest" / "policy")
+    assert saved.kind == "steered" and all(p.device.type == "cpu" for p in saved.model.parameters())
 
 
 # Ray sweeps -----------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """robo.rl.fast_off_policy (sac_fast / td3_fast) and its TensorReplayBuffer: the same transitions, losses,
 checkpoints and exported actors as SB3's SAC / TD3, without numpy in the loop."""
 
+import logging
 import pickle
+import shutil
 import statistics
 
 import numpy as np
@@ -14,8 +16,10 @@ from tests.hydra_configs import composed_dict
 
 from policies.mlp import MLPPolicy
 from policies.registry import load_policy
+from robo.device import resolve_device
+from robo.rl import fast_off_policy
 from robo.rl.asymmetric import POLICY_CLASSES
-from robo.rl.fast_off_policy import FastSAC, FastTD3
+from robo.rl.fast_off_policy import FastSAC, FastTD3, same_device
 from robo.rl.fused_update import JointAdam
 from robo.rl.replay_file import load_filled, save_filled
 from robo.rl.sb3_vec_env import SB3VecEnvAdapter
@@ -258,6 +262,114 @@ def test_unsupported_settings_are_refused(tmp_path):
         fast_model(use_sde=True)
     with pytest.raises(ValueError, match="torch batched task"):
         FastSAC("MlpPolicy", "Pendulum-v1", buffer_size=100)
+
+
+# The device -------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def spy_on_steps(monkeypatch) -> list:
+    """Records (actions, results) of every ``autoreset_step`` the fast rollouts call."""
+    calls, step = [], fast_off_policy.autoreset_step
+
+    def spy(task, actions):
+        result = step(task, actions)
+        calls.append((actions, result))
+        return result
+
+    monkeypatch.setattr(fast_off_policy, "autoreset_step", spy)
+    return calls
+
+
+def spy_on_flights(monkeypatch, t: Trainer) -> list:
+    """Records the device of every evaluation task ``t`` flies."""
+    devices, make = [], t.evaluation_task
+
+    def evaluation_task(device="cpu"):
+        devices.append(torch.device(device))
+        return make(device)
+
+    monkeypatch.setattr(t, "evaluation_task", evaluation_task)
+    return devices
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_a_fast_run_steps_its_sim_on_the_models_device_without_copies(tmp_path, monkeypatch, no_cuda, device):
+    """device=cpu, and auto falling back to the CPU: the env's batched task lives where SB3's networks are, the
+    rollouts step it in place (the tensors they store are the step's own), evaluations fly there, and the
+    saved model holds SB3's numpy observation."""
+    t = Trainer(train_config(device=device, total_steps=200), tmp_path)
+    steps, flights = spy_on_steps(monkeypatch), spy_on_flights(monkeypatch, t)
+    t.train(progress=False)
+    expected = resolve_device(device)
+    assert expected == torch.device("cpu") and t.model.device == expected and t.venv.core.device == expected
+    assert same_device(t.venv.core.device, t.model.device)
+    assert len(steps) == 50 and all(a.device == expected for a, _ in steps)  # 200 env steps of 4 envs
+    new_obs = steps[-1][1][0]
+    assert t.model._rollout_obs is new_obs, "the rollout keeps the step's own observation: no copy"
+    assert flights == [expected, expected]  # the evaluation at step 200 and the final one
+    assert isinstance(t.model._last_obs, np.ndarray)  # the final checkpoint saved SB3's numpy view
+    t.model.learn(8, reset_num_timesteps=False)
+    assert isinstance(t.model._last_obs, torch.Tensor), "between rollouts the observation stays a tensor"
+    t.model.save(tmp_path / "again.zip")
+    back = FastSAC.load(tmp_path / "again.zip", device="cpu")
+    assert isinstance(back._last_obs, np.ndarray) and back._last_obs.shape == (4, t.venv.core.obs_dim)
+
+
+def test_a_task_on_another_device_than_the_model_is_stepped_through_copies_alike(tmp_path, monkeypatch):
+    """The copy path (a CPU env for a CUDA model) flies the same run as the in-place path; here both are on the
+    CPU and ``same_device`` is told otherwise."""
+    obs = np.random.default_rng(0).normal(size=(8, 22)).astype(np.float32)
+    same = Trainer(train_config(device="cpu", total_steps=200), tmp_path / "same")
+    same.train(progress=False)
+    monkeypatch.setattr(fast_off_policy, "same_device", lambda a, b: False)
+    copied = Trainer(train_config(device="cpu", total_steps=200), tmp_path / "copied")
+    copied.train(progress=False)
+    np.testing.assert_array_equal(same.policy().act(obs), copied.policy().act(obs))
+    assert same.history == [{**h, "wall_time": s["wall_time"]} for h, s in zip(copied.history, same.history)]
+
+
+def test_same_device_reads_cuda_as_the_current_cuda_device():
+    assert same_device("cpu", torch.device("cpu")) and not same_device("cpu", "cuda")
+    assert same_device("cuda:1", "cuda:1") and not same_device("cuda:0", "cuda:1")
+    if torch.cuda.is_available():
+        assert same_device("cuda", f"cuda:{torch.cuda.current_device()}")
+
+
+def test_only_tensor_algorithms_move_the_sim_and_the_c_step_keeps_it_on_the_cpu(tmp_path, caplog):
+    t = Trainer(train_config(device="cpu"), tmp_path)
+    assert t.venv.core.device == torch.device("cpu") and t.step_backend == "torch"
+    t.device = "meta"  # a stand-in accelerator: enough to see what goes where
+    assert t._sim_device("sac_fast") == torch.device("meta") == t._sim_device("td3_fast")
+    assert all(t._sim_device(algo) == torch.device("cpu") for algo in ("sac", "td3", "ppo"))  # SB3 reads numpy
+    t.step_backend = "c"
+    with caplog.at_level(logging.WARNING, logger="robo.rl.trainer"):
+        assert t._sim_device("sac_fast") == torch.device("cpu")
+    assert "sim.step_backend=c runs on the CPU" in caplog.text
+    if shutil.which("cc") or shutil.which("gcc"):  # the env takes sim.step_backend when the config has one
+        assert Trainer({**train_config(device="cpu"), "sim": {"step_backend": "c"}},
+                       tmp_path / "c").venv.core.sim.step_backend == "c"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_fast_run_on_cuda_keeps_its_sim_there_and_its_checkpoints_load_on_the_cpu(tmp_path, monkeypatch):
+    t = Trainer(train_config(device="cuda", total_steps=200), tmp_path)
+    steps, flights = spy_on_steps(monkeypatch), spy_on_flights(monkeypatch, t)
+    t.train(progress=False)
+    assert t.venv.core.device.type == "cuda" and same_device(t.venv.core.device, t.model.device)
+    assert all(a.device.type == "cuda" and r[0].device.type == "cuda" for a, r in steps)
+    assert t.model.replay_buffer.observations.device.type == "cuda"
+    assert [d.type for d in flights] == ["cuda", "cuda"]
+    latest = tmp_path / "checkpoints" / "latest"
+    policy = load_policy(latest / "policy")
+    assert all(p.device.type == "cpu" for p in policy.model.parameters())
+    back = FastSAC.load(latest / "sb3.zip", device="cpu")
+    load_filled(back, latest / "replay_buffer.pkl")
+    assert back.replay_buffer.observations.device.type == "cpu" and isinstance(back._last_obs, np.ndarray)
+    sb3 = Trainer(train_config(device="cuda", algo="sac", total_steps=0), tmp_path / "sb3")
+    assert sb3.venv.core.device.type == "cpu"  # SB3's SAC reads numpy: its env stays on the CPU
 
 
 def evaluation_return(t: Trainer) -> float:
