@@ -45,5 +45,24 @@ def as_obs_tensor(obs: ArrayLike, obs_dim: int, dtype: torch.dtype = torch.float
 
 
 def like_input(action: torch.Tensor, obs: ArrayLike) -> ArrayLike:
-    """Return ``action`` as numpy if ``obs`` was numpy, else as a tensor."""
-    return action.detach().cpu().numpy() if isinstance(obs, np.ndarray) else action
+    """Return ``action`` as numpy if ``obs`` was numpy, else as a tensor on ``obs``'s device (a policy whose
+    weights sit on another device hands its answer back where the caller holds its observations)."""
+    if isinstance(obs, np.ndarray):
+        return action.detach().cpu().numpy()
+    return action.to(obs.device) if isinstance(obs, torch.Tensor) else action
+
+
+def weights_device(policy) -> torch.device:
+    """The device of a policy's acting weights (``inference_model``, else ``model``; a module works too), or the
+    CPU for a policy without torch weights (a scripted expert)."""
+    module = policy
+    if not isinstance(module, torch.nn.Module):
+        module = getattr(policy, "inference_model", None)
+        module = getattr(policy, "model", None) if module is None else module
+    if not isinstance(module, torch.nn.Module):
+        return torch.device("cpu")
+    for t in module.parameters():
+        return t.device
+    for t in module.buffers():
+        return t.device
+    return torch.device("cpu")

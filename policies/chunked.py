@@ -21,6 +21,12 @@ Shapes (B environments):
 - ``compute_loss(batch)``: batch of torch tensors ``{"obs": (B, n_obs_steps, obs_dim),
   "action": (B, horizon, action_dim)}`` (plus ``"image": (B, n_obs_steps, 3, H, W)`` for image
   policies), raw (unnormalized) units -> scalar training loss.
+
+Devices: a policy computes where its weights are (``QueuedActing.device``; ``robo.device.move_policy`` puts them
+there). ``act`` and ``predict_chunk`` take numpy arrays or tensors on any device, copy them (and ``noise``) to the
+weights' device once per call, and answer as the caller gave: numpy for numpy, a tensor on the input's device for a
+tensor. Random draws (default noise, energy candidates, IBC's search) come from CPU generators and are copied over,
+so one seed gives the same draws on every device, and a CPU policy computes exactly as before.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from .base import ArrayLike, Policy
+from .base import ArrayLike, Policy, weights_device
 
 
 @runtime_checkable
@@ -55,20 +61,22 @@ class ChunkedPolicy(Policy, Protocol):
     def set_normalization(self, stats: dict[str, dict[str, torch.Tensor]]) -> None: ...
 
 
-def check_tensor(x: ArrayLike, shape: tuple, name: str) -> torch.Tensor:
-    """``x`` as a float32 tensor of ``shape`` (None: any size) with finite values, else a clear error."""
+def check_tensor(x: ArrayLike, shape: tuple, name: str, device: torch.device | None = None) -> torch.Tensor:
+    """``x`` as a float32 tensor of ``shape`` (None: any size) with finite values, else a clear error; checked
+    where it is, then moved to ``device`` when given."""
     t = torch.as_tensor(x, dtype=torch.float32)
     if t.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
         want = "(" + ", ".join("B" if s is None else str(s) for s in shape) + ")"
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {want}")
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or inf")
-    return t
+    return t if device is None else t.to(device)
 
 
-def split_observation(obs, obs_dim: int, image_shape: list[int] | None, time_steps: int | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A chunk policy's observation input -> (state, image or None), float tensors, checked.
+def split_observation(obs, obs_dim: int, image_shape: list[int] | None, time_steps: int | None = None,
+                      device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A chunk policy's observation input -> (state, image or None), float tensors, checked (and moved to
+    ``device`` when given: one copy each).
 
     ``obs``: the state array, or for image policies (``image_shape`` (3, H, W) not None) a dict
     ``{"state": ..., "image": ... in [0, 1]}``. Shapes: (B, obs_dim) and (B, 3, H, W) as ``act`` takes them;
@@ -77,12 +85,12 @@ def split_observation(obs, obs_dim: int, image_shape: list[int] | None, time_ste
     if state is None:
         raise KeyError(f"observation dict needs a 'state' entry, got {sorted(obs)}")
     lead = (None,) if time_steps is None else (None, time_steps)
-    state = check_tensor(state, (*lead, obs_dim), "observation" if time_steps is None else "obs_history")
+    state = check_tensor(state, (*lead, obs_dim), "observation" if time_steps is None else "obs_history", device)
     if image_shape is None:
         return state, None
     if image is None:
         raise ValueError("this policy observes images: pass {'state': ..., 'image': (B, 3, H, W) in [0, 1]}")
-    image = check_tensor(image, (*lead, *image_shape), "image")
+    image = check_tensor(image, (*lead, *image_shape), "image", device)
     if image.shape[0] != state.shape[0]:
         raise ValueError(f"image batch {image.shape[0]} differs from state batch {state.shape[0]}")
     return state, image
@@ -100,24 +108,30 @@ class ChunkQueue:
     and for image policies ``image`` (B, n_obs_steps, 3, H, W), and ``plan`` (B, n_action_steps, action_dim),
     the executed part ``[n_obs_steps - 1 : n_obs_steps - 1 + n_action_steps]`` of the env's last chunk, with
     ``used`` (B,), the index of its next action (``n_action_steps``: plan again). An env's first observation
-    (at the start and after ``reset(mask)``) fills its whole window, and it plans again at once.
+    (at the start and after ``reset(mask)``) fills its whole window, and it plans again at once. All of it lives
+    on ``device``, where the policy computes.
     """
 
-    def __init__(self, batch: int, n_obs_steps: int, n_action_steps: int):
+    def __init__(self, batch: int, n_obs_steps: int, n_action_steps: int, device: torch.device | str = "cpu"):
         self.n_obs_steps, self.n_action_steps = n_obs_steps, n_action_steps
         self.state: torch.Tensor | None = None  # made by the first ``step``, as are image and plan
         self.image: torch.Tensor | None = None
         self.plan: torch.Tensor | None = None
-        self.used = torch.full((batch,), n_action_steps, dtype=torch.long)
-        self.fresh = torch.ones(batch, dtype=torch.bool)  # (B,) the next observation fills the env's window
+        self.used = torch.full((batch,), n_action_steps, dtype=torch.long, device=device)
+        self.fresh = torch.ones(batch, dtype=torch.bool, device=device)  # (B,) the next obs fills the env's window
 
     @property
     def batch(self) -> int:
         return self.fresh.shape[0]
 
+    @property
+    def device(self) -> torch.device:
+        return self.fresh.device
+
     def reset(self, mask: ArrayLike) -> None:
         """Restart the envs where ``mask`` (B,) is true: their next observation fills the window and plans."""
-        m = torch.as_tensor(np.asarray(mask), dtype=torch.bool).flatten()
+        m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
+        m = m.to(device=self.device, dtype=torch.bool).flatten()
         if m.shape != self.fresh.shape:
             raise ValueError(f"reset mask has shape {tuple(m.shape)}, expected ({self.batch},)")
         self.fresh |= m
@@ -137,12 +151,12 @@ class ChunkQueue:
         if bool(need.any()):
             window = self.state[need] if image is None else {"state": self.state[need], "image": self.image[need]}
             start = self.n_obs_steps - 1
-            executed = torch.as_tensor(plan(need, window))[:, start:start + self.n_action_steps]
+            executed = torch.as_tensor(plan(need, window), device=self.device)[:, start:start + self.n_action_steps]
             if self.plan is None:
-                self.plan = torch.zeros(self.batch, *executed.shape[1:])
+                self.plan = torch.zeros(self.batch, *executed.shape[1:], device=self.device)
             self.plan[need] = executed
             self.used[need] = 0
-        action = self.plan[torch.arange(self.batch), self.used]
+        action = self.plan[torch.arange(self.batch, device=self.device), self.used]
         self.used += 1
         return action
 
@@ -159,10 +173,16 @@ class ChunkQueue:
 class QueuedActing:
     """``reset(mask)`` and ``queued_action`` for a ``ChunkedPolicy`` acting through a ``ChunkQueue``.
 
-    The queue is made by the first ``act`` after a full reset, or when the batch size changes, with the
-    policy's own ``n_obs_steps`` and ``n_action_steps`` (a weight-sharing copy, ``with_config``, gets its own)."""
+    The queue is made by the first ``act`` after a full reset, or when the batch size or the device changes, with
+    the policy's own ``n_obs_steps`` and ``n_action_steps`` (a weight-sharing copy, ``with_config``, gets its own),
+    on the device of the policy's weights."""
 
     _queue: ChunkQueue | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """Where the acting weights (``inference_model``) are, so where ``act`` and ``predict_chunk`` compute."""
+        return weights_device(self)
 
     def reset(self, mask: ArrayLike | None = None) -> None:
         """Clear the observation and action queues of the envs where ``mask`` (B,) is true (all if None)."""
@@ -174,21 +194,25 @@ class QueuedActing:
     def queued_action(self, state: torch.Tensor, image: torch.Tensor | None,
                       plan: Callable[[torch.Tensor, ArrayLike], ArrayLike]) -> torch.Tensor:
         """``ChunkQueue.step`` on this policy's queue: state (B, obs_dim), image (B, 3, H, W) or None ->
-        action (B, action_dim)."""
-        if self._queue is None or self._queue.batch != state.shape[0]:
-            self._queue = ChunkQueue(state.shape[0], self.n_obs_steps, self.n_action_steps)
+        action (B, action_dim), all on ``state``'s device."""
+        q = self._queue
+        if q is None or q.batch != state.shape[0] or q.device != state.device:
+            self._queue = ChunkQueue(state.shape[0], self.n_obs_steps, self.n_action_steps, state.device)
         return self._queue.step(state, image, plan)
 
 
 NOISE_DISTRIBUTIONS = ("normal", "uniform")
 
 
-def standard_noise(distribution: str, shape: tuple, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``shape`` draws from N(0, 1) (``"normal"``) or U(-1, 1) (``"uniform"``)."""
+def standard_noise(distribution: str, shape: tuple, generator: torch.Generator | None = None,
+                   device: torch.device | str | None = None) -> torch.Tensor:
+    """``shape`` draws from N(0, 1) (``"normal"``) or U(-1, 1) (``"uniform"``), made on ``device`` (default: the
+    generator's, else the CPU)."""
+    device = device if device is not None else generator.device if generator is not None else "cpu"
     if distribution == "uniform":
-        return torch.rand(shape, generator=generator) * 2 - 1
+        return torch.rand(shape, generator=generator, device=device) * 2 - 1
     if distribution == "normal":
-        return torch.randn(shape, generator=generator)
+        return torch.randn(shape, generator=generator, device=device)
     raise ValueError(f"unknown noise distribution {distribution!r}; choose one of {list(NOISE_DISTRIBUTIONS)}")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers import DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler
@@ -91,14 +90,18 @@ class DiffusionPolicy(QueuedActing, AveragedWeights):
 
     # Inputs ---------------------------------------------------------------------------------
     def _inputs(self, obs, time_axis: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(state obs, image or None) validated (``split_observation``)."""
+        """(state obs, image or None) validated (``split_observation``), on the weights' device."""
         c = self.config
-        return split_observation(obs, c.obs_dim, c.image_shape, c.n_obs_steps if time_axis else None)
+        return split_observation(obs, c.obs_dim, c.image_shape, c.n_obs_steps if time_axis else None, self.device)
 
     def _noise(self, noise: ArrayLike | None, B: int, generator: torch.Generator | None) -> torch.Tensor:
+        """(B, horizon, action_dim) initial noise on the weights' device: ``noise`` checked, or drawn from
+        ``generator`` (default: the global one) where the generator is, so every device draws the same."""
         if noise is None:
-            return torch.randn(B, *self.noise_shape, generator=generator)
-        return check_tensor(noise, (B, *self.noise_shape), "noise")
+            draw = torch.randn(B, *self.noise_shape, generator=generator,
+                               device=generator.device if generator is not None else "cpu")
+            return draw.to(self.device)
+        return check_tensor(noise, (B, *self.noise_shape), "noise", self.device)
 
     # Training -------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -133,7 +136,8 @@ class DiffusionPolicy(QueuedActing, AveragedWeights):
     def predict_chunk(self, obs_history, noise: ArrayLike | None = None,
                       generator: torch.Generator | None = None) -> ArrayLike:
         """obs_history (B, n_obs_steps, obs_dim) (or {"state", "image": (B, To, 3, H, W)}),
-        noise (B, horizon, action_dim) or None (drawn from ``generator``) -> (B, horizon, action_dim)."""
+        noise (B, horizon, action_dim) or None (drawn from ``generator``) -> (B, horizon, action_dim), numpy for
+        numpy input, else a tensor on the input's device; computed on the weights' device."""
         obs, image = self._inputs(obs_history, time_axis=True)
         model = self.inference_model.eval()
         cond = model.condition(obs, image)
@@ -142,12 +146,12 @@ class DiffusionPolicy(QueuedActing, AveragedWeights):
         for t in scheduler.timesteps:
             out = model.denoiser(x, t.expand(x.shape[0]).to(x.device), cond)
             x = scheduler.step(out, t, x).prev_sample
-        actions = model.action_normalizer.unnormalize(x)
-        return actions.numpy() if isinstance(state_of(obs_history), np.ndarray) else actions
+        return like_input(model.action_normalizer.unnormalize(x), state_of(obs_history))
 
     @torch.no_grad()
     def act(self, obs, noise: ArrayLike | None = None) -> ArrayLike:
-        """obs (B, obs_dim) (or {"state", "image": (B, 3, H, W)}) -> action (B, action_dim).
+        """obs (B, obs_dim) (or {"state", "image": (B, 3, H, W)}) -> action (B, action_dim) (numpy for numpy
+        input, else a tensor on the input's device; computed on the weights' device).
 
         Per env: push obs into its n_obs_steps queue (the first obs after a reset fills it), and
         when its planned actions are used up, plan a chunk from ``noise[b]`` and queue its

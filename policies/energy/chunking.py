@@ -6,6 +6,9 @@ the normalized space: ``_infer(obs_n (B, n_obs_steps, obs_feature_dim), init (B,
 None) -> (chunk (B, horizon, action_dim) in [-1, 1], energy (B,))`` and
 ``_loss(obs_n, action_n (B, horizon, action_dim)[, init=guesses]) -> scalar``. ``obs_n`` is the model's
 ``features`` of the normalized state window (and of its images, for image observations).
+
+Inputs may come from anywhere (numpy, tensors on any device): they are moved to the weights' device
+(``QueuedActing.device``) once per call, ``_infer`` computes there, and the answer goes back as the caller gave it.
 """
 
 from __future__ import annotations
@@ -52,23 +55,25 @@ class ChunkPolicyBase(QueuedActing, AveragedWeights, TorchPolicyCheckpointing):
     # --- stateless prediction -------------------------------------------------------------
 
     def _obs_window(self, obs_history) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(state (B, n_obs_steps, obs_dim), image (B, n_obs_steps, 3, H, W) or None), checked."""
-        return split_observation(obs_history, self.obs_dim, self.config.image_shape, self.n_obs_steps)
+        """(state (B, n_obs_steps, obs_dim), image (B, n_obs_steps, 3, H, W) or None), checked, on the weights'
+        device."""
+        return split_observation(obs_history, self.obs_dim, self.config.image_shape, self.n_obs_steps, self.device)
 
     def _initial_guess(self, noise: ArrayLike | None, batch: int) -> torch.Tensor | None:
         if noise is None:
             return None
-        return check_tensor(noise, (batch, self.horizon, self.action_dim), "noise (initial guess)")
+        return check_tensor(noise, (batch, self.horizon, self.action_dim), "noise (initial guess)", self.device)
 
     @torch.no_grad()
     def predict_chunk(self, obs_history: ArrayLike, noise: ArrayLike | None = None,
                       return_energy: bool = False, **infer_options):
         """obs_history (B, n_obs_steps, obs_dim) raw (image observations: ``{"state": that, "image":
-        (B, n_obs_steps, 3, H, W) in [0, 1]}``) -> actions (B, horizon, action_dim) raw.
+        (B, n_obs_steps, 3, H, W) in [0, 1]}``) -> actions (B, horizon, action_dim) raw: numpy for numpy input,
+        else a tensor on the input's device (computed on the weights' device).
 
         ``noise`` (B, horizon, action_dim): the initial guess in the normalized action space
         ([-1, 1]). With ``return_energy`` also returns the final energy (B,) (lower: more
-        confident); it is kept in ``last_energy`` either way. ``infer_options`` go to the
+        confident); it is kept in ``last_energy`` (on the weights' device) either way. ``infer_options`` go to the
         optimizer (``n_steps=`` for the energy policy).
         """
         state, image = self._obs_window(obs_history)
@@ -108,14 +113,16 @@ class ChunkPolicyBase(QueuedActing, AveragedWeights, TorchPolicyCheckpointing):
         """obs (B, obs_dim) (image observations: ``{"state": that, "image": (B, 3, H, W) in [0, 1]}``) ->
         action (B, action_dim), through the policy's ``ChunkQueue``. Plans a chunk for the envs whose queue is
         empty, from ``noise`` (B, horizon, action_dim) rows of those envs (ignored otherwise); ``last_energy``
-        (B,) then holds the energy of each env's current chunk."""
-        state, image = split_observation(obs, self.obs_dim, self.config.image_shape)
+        (B,) then holds the energy of each env's current chunk. Numpy in, numpy out; a tensor in, a tensor out on
+        its device; computed on the weights' device."""
+        state, image = split_observation(obs, self.obs_dim, self.config.image_shape, device=self.device)
         b = state.shape[0]
         init = self._initial_guess(noise, b)
 
         def plan(need: torch.Tensor, window) -> torch.Tensor:
             last = self.last_energy
-            energy = last.clone() if last is not None and last.shape == (b,) else torch.zeros(b)
+            fits = last is not None and last.shape == (b,) and last.device == state.device
+            energy = last.clone() if fits else torch.zeros(b, device=state.device)
             chunk, planned = self.predict_chunk(window, None if init is None else init[need], return_energy=True)
             energy[need] = planned
             self.last_energy = energy

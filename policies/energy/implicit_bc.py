@@ -38,20 +38,22 @@ def dfo_minimize(model: nn.Module, obs_n: torch.Tensor, population: torch.Tensor
     """IBC's derivative-free optimizer. population (B, N, H, A) in [-1, 1] -> (best chunk (B, H, A), its energy (B,)).
 
     Each round resamples the population in proportion to softmax(-energy), then perturbs it
-    with N(0, scale^2) noise (clamped to the box) and shrinks the scale.
+    with N(0, scale^2) noise (clamped to the box) and shrinks the scale. The resampling and the noise are drawn
+    by ``generator`` where it is (the CPU: the same draws whatever device the model is on) and copied over.
     """
     b, n = population.shape[:2]
-    rows = torch.arange(b)[:, None]
+    device = population.device
+    rows = torch.arange(b, device=device)[:, None]
     scale = noise_scale
     for _ in range(iters):
         probs = torch.softmax(-energy_of_candidates(model, obs_n, population), dim=1)
-        idx = torch.multinomial(probs, n, replacement=True, generator=generator)
-        noise = torch.randn(population.shape, generator=generator)
+        idx = torch.multinomial(probs.to(generator.device), n, replacement=True, generator=generator).to(device)
+        noise = torch.randn(population.shape, generator=generator, device=generator.device).to(device)
         population = (population[rows, idx] + scale * noise).clamp(-1.0, 1.0)
         scale *= noise_shrink
     energy = energy_of_candidates(model, obs_n, population)
     best = energy.argmin(dim=1)
-    return population[torch.arange(b), best], energy[torch.arange(b), best]
+    return population[rows[:, 0], best], energy[rows[:, 0], best]
 
 
 @register(trainable=True)
@@ -76,13 +78,15 @@ class ImplicitBCPolicy(ChunkPolicyBase):
         gen = torch.Generator().manual_seed(cfg.seed)
         shape = (obs_n.shape[0], n, self.horizon, self.action_dim)
         if init is None:
-            population = standard_noise("uniform", shape, gen)
+            population = standard_noise("uniform", shape, gen).to(obs_n.device)
         else:
-            population = (init[:, None] + cfg.noise_scale * torch.randn(shape, generator=gen)).clamp(-1.0, 1.0)
+            population = (init[:, None] + cfg.noise_scale * torch.randn(shape, generator=gen).to(init.device)
+                          ).clamp(-1.0, 1.0)
         return dfo_minimize(self.inference_model, obs_n, population, cfg.dfo_iters, cfg.noise_scale, cfg.noise_shrink,
                             gen)
 
     def _loss(self, obs_n: torch.Tensor, action_n: torch.Tensor) -> torch.Tensor:
-        negatives = standard_noise("uniform", (action_n.shape[0], self.config.n_negatives, *action_n.shape[1:]))
+        negatives = standard_noise("uniform", (action_n.shape[0], self.config.n_negatives, *action_n.shape[1:]),
+                                   device=action_n.device)
         energies = energy_of_candidates(self.model, obs_n, torch.cat([action_n[:, None], negatives], dim=1))
         return info_nce(energies[:, 0], energies[:, 1:])

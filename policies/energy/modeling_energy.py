@@ -180,7 +180,7 @@ def energy_score(chunk: torch.Tensor, target: torch.Tensor, m: int, eps: float =
 def select_lowest_energy(chunks: torch.Tensor, energy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """chunks (B, N, H, A), energy (B, N) -> the chunk (B, H, A) of lowest energy per row, and its energy (B,)."""
     best = energy.argmin(dim=1)
-    rows = torch.arange(chunks.shape[0])
+    rows = torch.arange(chunks.shape[0], device=chunks.device)
     return chunks[rows, best], energy[rows, best]
 
 
@@ -226,6 +226,7 @@ class EnergyPolicy(ChunkPolicyBase):
         return "uniform" if self.config.default_init == "uniform" else "normal"
 
     def _default_init(self, batch: int) -> torch.Tensor:
+        """(batch, horizon, action_dim) on the CPU: zeros, or drawn from the global generator."""
         shape = (batch, self.horizon, self.action_dim)
         return torch.zeros(shape) if self.config.default_init == "zeros" else draw_noise(self, batch)
 
@@ -234,10 +235,10 @@ class EnergyPolicy(ChunkPolicyBase):
         b, n = obs_n.shape[0], self.config.n_candidates if n_candidates is None else int(n_candidates)
         if n < 1:
             raise ValueError(f"n_candidates={n} must be >= 1")
-        init = self._default_init(b) if init is None else init
-        if n > 1:
+        init = self._default_init(b).to(obs_n.device) if init is None else init
+        if n > 1:  # the candidates are drawn on the CPU (the same draws on every device)
             extra = standard_noise(self.noise_distribution, (b, n - 1, *init.shape[1:]), self.candidates)
-            init = torch.cat([init[:, None], extra], dim=1).flatten(0, 1)  # (B * N, H, A)
+            init = torch.cat([init[:, None], extra.to(obs_n.device)], dim=1).flatten(0, 1)  # (B * N, H, A)
             obs_n = obs_n.repeat_interleave(n, 0)
         model = self.inference_model
         chunk = descend(model, obs_n, init, n_steps or self.config.n_steps, self.config.grad_clip)[-1]

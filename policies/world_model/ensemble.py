@@ -11,6 +11,11 @@ predictions, in normalized units) measures where the model does not know the dyn
     model.fit(transitions, steps=3000)            # {"obs", "action", "next_obs", "reward", "terminated"}
     p = model.predict(obs, action)                # p.next_obs (B, 5), p.reward (B,), p.disagreement (B,)
     model.save("runs/wm"); EnsembleDynamics.load("runs/wm")
+
+Devices: ``fit(device=)`` trains anywhere and hands the model back on the CPU; ``to(device)`` puts it where it
+predicts. ``predict`` takes numpy or tensors from anywhere and answers with tensors on the model's device
+(``device``); ``predict_numpy`` is the host-array form (one copy to the device, one back). A ``"member"``
+prediction draws its member and noise from a CPU generator, so one seed imagines the same on every device.
 """
 
 from __future__ import annotations
@@ -130,6 +135,16 @@ class EnsembleDynamics:
         self.obs_dim, self.action_dim = self.config.obs_dim, self.config.action_dim
         self.frame = planar_frame(self.config)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the networks are, so where ``predict`` computes."""
+        return self.model.in_mean.device
+
+    def to(self, device: str | torch.device) -> "EnsembleDynamics":
+        """Move the networks and normalization to ``device`` (in place); returns the model."""
+        self.model.to(torch.device(device))
+        return self
+
     # Inputs and targets ---------------------------------------------------------------------
     def _inputs(self, obs: torch.Tensor, action: torch.Tensor, prev_obs: torch.Tensor | None = None) -> torch.Tensor:
         """Raw (obs, action[, prev_obs]) -> the unnormalized network input."""
@@ -164,7 +179,8 @@ class EnsembleDynamics:
 
         ``device``: where the networks and the transitions train (a torch device: ``"cpu"``, ``"cuda"``,
         ``"cuda:N"``). The minibatch indices come from a CPU generator seeded with ``seed``, so every device
-        draws the same minibatches; the fitted model is handed back on the CPU, where ``predict`` runs."""
+        draws the same minibatches; the fitted model is handed back on the CPU (``to`` moves it to predict
+        elsewhere)."""
         if steps < 1 or batch_size < 1 or not 0 <= holdout < 1:
             raise ValueError(f"need steps >= 1, batch_size >= 1, 0 <= holdout < 1; got {steps}, {batch_size}, "
                              f"{holdout}")
@@ -215,38 +231,62 @@ class EnsembleDynamics:
     @torch.no_grad()
     def predict(self, obs, action, sample: str = "mean", generator: torch.Generator | None = None,
                 prev_obs=None) -> Prediction:
-        """obs (B, obs_dim), action (B, action_dim) raw units -> Prediction.
+        """obs (B, obs_dim), action (B, action_dim) raw units (numpy, or tensors on any device) -> Prediction,
+        its tensors on the model's device (``device``).
 
         ``prev_obs`` (B, obs_dim): the observations one step before ``obs``, read by a model with
         ``use_prev_change``; None means each episode's first step (no change yet).
 
         ``sample``: ``"mean"`` averages the members' means (deterministic); ``"member"`` picks a
-        random member per sample and draws from its Gaussian (MBPO's rollouts)."""
+        random member per sample and draws from its Gaussian (MBPO's rollouts), both drawn by ``generator``
+        where it is (default: the global CPU generator) and copied to the model's device."""
         if sample not in ("mean", "member"):
             raise ValueError(f"sample must be 'mean' or 'member', got {sample!r}")
-        obs = _checked(obs, self.obs_dim, "obs")
-        action = _checked(action, self.action_dim, "action")
+        device = self.device
+        obs = _checked(obs, self.obs_dim, "obs", device)
+        action = _checked(action, self.action_dim, "action", device)
         if obs.shape[0] != action.shape[0]:
             raise ValueError(f"obs batch {obs.shape[0]} differs from action batch {action.shape[0]}")
         m, E, B = self.model, self.config.num_members, obs.shape[0]
         if prev_obs is not None:
-            prev_obs = _checked(prev_obs, self.obs_dim, "prev_obs")
+            prev_obs = _checked(prev_obs, self.obs_dim, "prev_obs", device)
             if prev_obs.shape[0] != obs.shape[0]:
                 raise ValueError(f"prev_obs batch {prev_obs.shape[0]} differs from obs batch {obs.shape[0]}")
         x = ((self._inputs(obs, action, prev_obs) - m.in_mean) / m.in_std).expand(E, -1, -1)
         mean, logvar, term = m(x)  # (E, B, D + 1), (E, B)
-        disagreement = mean[..., :-1].std(0).mean(-1) if E > 1 else torch.zeros(B)
+        disagreement = mean[..., :-1].std(0).mean(-1) if E > 1 else torch.zeros(B, device=device)
         if sample == "mean":
             y, p_term = mean.mean(0), torch.sigmoid(term).mean(0)
         else:
-            k = torch.randint(E, (B,), generator=generator)
-            ar = torch.arange(B)
-            noise = torch.randn(B, mean.shape[-1], generator=generator)
+            drawn_on = generator.device if generator is not None else torch.device("cpu")
+            k = torch.randint(E, (B,), generator=generator, device=drawn_on).to(device)
+            ar = torch.arange(B, device=device)
+            noise = torch.randn(B, mean.shape[-1], generator=generator, device=drawn_on).to(device)
             y = mean[k, ar] + noise * torch.exp(0.5 * logvar[k, ar])
             p_term = torch.sigmoid(term[k, ar])
         next_obs = self._step(obs, y)
         members = torch.stack([self._step(obs, mean[e]) for e in range(E)])
         return Prediction(next_obs, y[:, -1] * m.out_std[-1] + m.out_mean[-1], p_term > 0.5, disagreement, members)
+
+    def predict_numpy(self, obs, action, sample: str = "mean", generator: torch.Generator | None = None,
+                      prev_obs=None) -> dict[str, np.ndarray]:
+        """``predict`` for host arrays (SB3's and the tasks' side): obs (B, obs_dim), action (B, action_dim)[,
+        prev_obs (B, obs_dim)] -> {"next_obs" (B, obs_dim) float32, "reward" (B,) float32, "terminated" (B,) bool,
+        "disagreement" (B,) float32} numpy. The inputs cross to the model's device side by side in one copy, and
+        the answers come back in one."""
+        parts = [_host(obs, self.obs_dim, "obs"), _host(action, self.action_dim, "action")]
+        if prev_obs is not None:
+            parts.append(_host(prev_obs, self.obs_dim, "prev_obs"))
+        if len({len(x) for x in parts}) != 1:
+            raise ValueError(f"obs, action and prev_obs batches differ: {[len(x) for x in parts]}")
+        D, A = self.obs_dim, self.action_dim
+        x = torch.from_numpy(np.concatenate(parts, 1)).to(self.device)
+        p = self.predict(x[:, :D], x[:, D:D + A], sample=sample, generator=generator,
+                         prev_obs=None if prev_obs is None else x[:, D + A:])
+        out = torch.cat([p.next_obs, p.reward[:, None], p.terminated[:, None].float(), p.disagreement[:, None]],
+                        1).cpu().numpy()
+        return {"next_obs": out[:, :D].copy(), "reward": out[:, D].copy(), "terminated": out[:, D + 1] > 0.5,
+                "disagreement": out[:, D + 2].copy()}
 
     def _step(self, obs: torch.Tensor, y_normalized: torch.Tensor) -> torch.Tensor:
         m = self.model
@@ -272,10 +312,22 @@ class EnsembleDynamics:
         return model
 
 
-def _checked(x, dim: int, name: str) -> torch.Tensor:
+def _checked(x, dim: int, name: str, device: torch.device | None = None) -> torch.Tensor:
+    """(B, dim) float32 tensor with finite values, checked where it is, then moved to ``device``."""
     t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x, dtype=torch.float32)
     if t.ndim != 2 or t.shape[1] != dim:
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected (B, {dim})")
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or inf")
-    return t
+    return t if device is None else t.to(device)
+
+
+def _host(x, dim: int, name: str) -> np.ndarray:
+    """(B, dim) float32 numpy with finite values (a tensor is copied to the host)."""
+    a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    a = a.astype(np.float32, copy=False)
+    if a.ndim != 2 or a.shape[1] != dim:
+        raise ValueError(f"{name} has shape {a.shape}, expected (B, {dim})")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return a

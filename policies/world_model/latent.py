@@ -4,6 +4,10 @@
 (B, action_dim)) -> next latent (residual MLP); ``decode``: latents -> images. Trained on
 (image, action, next image) triples with reconstruction + predicted-next-image losses and a
 latent consistency term (predicted latent vs the encoded next image).
+
+Devices: ``fit(device=)`` trains anywhere (minibatches drawn by a seeded CPU generator, the same on every device)
+and hands the model back on the CPU; ``to(device)`` moves it, and ``predict`` / ``imagine`` take inputs from
+anywhere and answer on the model's device.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ def as_images(x, size: int, name: str = "images") -> torch.Tensor:
     if t.shape[-1] != size or t.shape[-2] != size:
         t = F.interpolate(t, size=(size, size), mode="area")
     return t
+
+
+def _actions(x) -> torch.Tensor:
+    """Actions (numpy or a tensor) as a float32 tensor where they are."""
+    return torch.as_tensor(x if isinstance(x, torch.Tensor) else np.asarray(x), dtype=torch.float32)
 
 
 class LatentDynamicsNet(nn.Module):
@@ -74,14 +83,27 @@ class LatentWorldModel:
         self.config = config or LatentConfig()
         self.model = LatentDynamicsNet(self.config)
 
-    def _batch(self, images, actions, next_images=None):
+    @property
+    def device(self) -> torch.device:
+        """Where the networks are, so where ``predict`` and ``imagine`` run."""
+        return self.model.action_mean.device
+
+    def to(self, device: str | torch.device) -> "LatentWorldModel":
+        """Move the networks to ``device`` (in place); returns the model."""
+        self.model.to(torch.device(device))
+        return self
+
+    def _batch(self, images, actions, next_images=None, device: torch.device | None = None):
+        """Checked (images, actions, next images or None) as float tensors, moved to ``device`` when given."""
         c = self.config
         x = as_images(images, c.image_size)
-        a = torch.as_tensor(np.asarray(actions), dtype=torch.float32)
+        a = _actions(actions)
         if a.shape != (x.shape[0], c.action_dim):
             raise ValueError(f"actions have shape {tuple(a.shape)}, expected ({x.shape[0]}, {c.action_dim})")
         y = None if next_images is None else as_images(next_images, c.image_size, "next_images")
-        return x, a, y
+        if device is None:
+            return x, a, y
+        return x.to(device), a.to(device), None if y is None else y.to(device)
 
     def loss(self, x: torch.Tensor, a: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         m = self.model
@@ -92,38 +114,44 @@ class LatentWorldModel:
                 "latent": F.mse_loss(z_next, target)}
 
     def fit(self, images, actions, next_images, steps: int = 500, batch_size: int = 32, lr: float = 1e-3,
-            seed: int = 0) -> dict[str, float]:
-        """images, next_images (N, 3, H, W) uint8 or [0, 1]; actions (N, action_dim) raw units."""
-        x, a, y = self._batch(images, actions, next_images)
-        m = self.model
+            seed: int = 0, device: str | torch.device = "cpu") -> dict[str, float]:
+        """images, next_images (N, 3, H, W) uint8 or [0, 1]; actions (N, action_dim) raw units -> the mean
+        losses of the last 50 steps. Trains on ``device``; the model is handed back on the CPU."""
+        device = torch.device(device)
+        m = self.model.to(device)
+        x, a, y = self._batch(images, actions, next_images, device)
         m.action_mean.copy_(a.mean(0)), m.action_std.copy_(a.std(0).clamp_min(1e-6))
         gen = torch.Generator().manual_seed(seed)
         opt = torch.optim.Adam(m.parameters(), lr=lr)
         m.train()
         hist = []
         for _ in range(steps):
-            i = torch.randint(len(x), (batch_size,), generator=gen)
+            i = torch.randint(len(x), (batch_size,), generator=gen).to(device)
             parts = self.loss(x[i], a[i], y[i])
             loss = parts["recon"] + parts["predict"] + 0.1 * parts["latent"]
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            hist.append({k: v.item() for k, v in parts.items()})
+            hist.append({k: v.detach() for k, v in parts.items()})  # kept on the device: no round trip per step
         m.eval()
-        return {k: float(np.mean([h[k] for h in hist[-50:]])) for k in hist[-1]}
+        m.to("cpu")
+        last = {k: torch.stack([h[k] for h in hist[-50:]]).cpu().numpy() for k in hist[-1]}
+        return {k: float(np.mean(v.tolist())) for k, v in last.items()}
 
     @torch.no_grad()
     def predict(self, images, actions) -> torch.Tensor:
-        """images (B, 3, H, W), actions (B, action_dim) -> predicted next images (B, 3, S, S) in [0, 1]."""
-        x, a, _ = self._batch(images, actions)
+        """images (B, 3, H, W), actions (B, action_dim) -> predicted next images (B, 3, S, S) in [0, 1], on the
+        model's device."""
+        x, a, _ = self._batch(images, actions, device=self.device)
         m = self.model.eval()
         return m.decode(m.step(m.encoder(x), a))
 
     @torch.no_grad()
     def imagine(self, images, actions) -> torch.Tensor:
-        """images (B, 3, H, W) start frames, actions (B, T, action_dim) -> decoded frames (B, T, 3, S, S)."""
-        a = torch.as_tensor(np.asarray(actions), dtype=torch.float32)
-        x, _, _ = self._batch(images, a[:, 0])
+        """images (B, 3, H, W) start frames, actions (B, T, action_dim) -> decoded frames (B, T, 3, S, S), on the
+        model's device."""
+        a = _actions(actions).to(self.device)
+        x, _, _ = self._batch(images, a[:, 0], device=self.device)
         m = self.model.eval()
         z, frames = m.encoder(x), []
         for k in range(a.shape[1]):

@@ -11,6 +11,10 @@ to the denoiser's estimate, which is PGD's guidance with a stop-gradient through
     gen = TrajectoryDiffusion(TrajectoryDiffusionConfig(obs_dim=5, action_dim=2, horizon=32))
     gen.fit(segments, steps=2000)                  # segments: (N, horizon, channels) raw units
     seg = gen.sample(start_obs, target_policy=f, guidance_scale=0.5)   # f: (B, H, 5) -> (B, H, 2)
+
+Devices: ``fit(device=)`` trains anywhere and hands the model back on the CPU; ``to(device)`` moves it, and
+``sample`` runs where it is (the initial noise drawn by a CPU generator and copied over, so one seed samples the
+same on every device; ``target_policy`` gets the states on that device).
 """
 
 from __future__ import annotations
@@ -52,6 +56,16 @@ class TrajectoryDiffusion:
                   prediction_type="epsilon")
         self.train_scheduler = DDPMScheduler(**kw)
         self.sample_scheduler = DDIMScheduler(**kw)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the denoiser is, so where ``sample`` runs."""
+        return self.model.normalizer.offset.device
+
+    def to(self, device: str | torch.device) -> "TrajectoryDiffusion":
+        """Move the denoiser and its normalization to ``device`` (in place); returns the generator."""
+        self.model.to(torch.device(device))
+        return self
 
     def _segments(self, x, name: str = "segments") -> torch.Tensor:
         c = self.config
@@ -96,12 +110,13 @@ class TrajectoryDiffusion:
     @torch.no_grad()
     def sample(self, start_obs, target_policy: TargetPolicy | None = None, guidance_scale: float = 0.0,
                generator: torch.Generator | None = None) -> torch.Tensor:
-        """start_obs (B, obs_dim) raw -> segments (B, horizon, channels) raw units.
+        """start_obs (B, obs_dim) raw -> segments (B, horizon, channels) raw units, on the model's device.
 
-        ``target_policy``: states (B, horizon, obs_dim) raw -> actions (B, horizon, action_dim) raw;
-        with ``guidance_scale`` in (0, 1] the generated actions are pulled toward it (0: unguided)."""
-        c, m = self.config, self.model
-        s0 = torch.as_tensor(start_obs, dtype=torch.float32)
+        ``target_policy``: states (B, horizon, obs_dim) raw (on the model's device) -> actions (B, horizon,
+        action_dim) raw (any device); with ``guidance_scale`` in (0, 1] the generated actions are pulled toward
+        it (0: unguided). ``generator`` draws the initial noise where it is (default: the global CPU one)."""
+        c, m, device = self.config, self.model, self.device
+        s0 = torch.as_tensor(start_obs, dtype=torch.float32).to(device)
         if s0.ndim != 2 or s0.shape[1] != c.obs_dim:
             raise ValueError(f"start_obs has shape {tuple(s0.shape)}, expected (B, {c.obs_dim})")
         if not 0.0 <= guidance_scale <= 1.0:
@@ -112,15 +127,16 @@ class TrajectoryDiffusion:
         cond = (s0 - m.normalizer.offset[:D]) / m.normalizer.scale[:D]
         sched = self.sample_scheduler
         sched.set_timesteps(c.num_inference_steps)
-        x = torch.randn(B, c.horizon, c.channels, generator=generator)
+        drawn_on = generator.device if generator is not None else torch.device("cpu")
+        x = torch.randn(B, c.horizon, c.channels, generator=generator, device=drawn_on).to(device)
         for t in sched.timesteps:
             x[:, 0, :D] = cond  # in-paint the known first state (at the clean level, as in Diffuser)
-            eps = m.unet(x, t.expand(B), cond)
+            eps = m.unet(x, t.expand(B).to(device), cond)
             if guidance_scale > 0:
                 ab = sched.alphas_cumprod[t]
                 x0 = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1, 1)
                 raw = m.normalizer.unnormalize(x0)
-                target = torch.as_tensor(target_policy(raw[..., :D]), dtype=torch.float32)
+                target = torch.as_tensor(target_policy(raw[..., :D]), dtype=torch.float32).to(device)
                 if target.shape != (B, c.horizon, A):
                     raise ValueError(f"target_policy returned {tuple(target.shape)}, expected ({B}, {c.horizon}, {A})")
                 goal = (target - m.normalizer.offset[D:D + A]) / m.normalizer.scale[D:D + A]

@@ -1,6 +1,6 @@
 """``robo eval``: fly a policy in the batched sim, score it, write the run folder; on an imitation
 task (``task=pusht policy=checkpoint policy.path=<dir>``), run the checkpoint's episodes in the
-task's gymnasium env instead."""
+task's gymnasium env instead (the policy on ``device``, the envs on the CPU)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 def evaluate_imitation(c: dict, run_dir: Path) -> dict:
     """A chunked checkpoint on an imitation task: ``task.eval.episodes`` episodes from seed
-    ``task.eval.seed`` (the seeds ``robo train`` scores on), video of episode 0 -> metrics.json."""
+    ``task.eval.seed`` (the seeds ``robo train`` scores on), video of episode 0 -> metrics.json. The policy flies
+    on ``device`` (``robo.imitation.evaluate.flying_on``: a policy that cannot act there from host observations
+    stays on the CPU, with a warning); ``metrics.json`` records the device."""
     from robo.commands.imitation import evaluator
+    from robo.imitation.evaluate import flying_on
 
     policy = make_policy(c["policy"])
     if not isinstance(policy, ChunkedPolicy):
@@ -62,8 +65,10 @@ def evaluate_imitation(c: dict, run_dir: Path) -> dict:
                          f"(diffusion, energy, ...), got {type(policy).__name__}")
     task = c["task"]
     video = run_dir / "videos" if c["video"]["enabled"] else None
-    metrics = evaluator(task, int(task["eval"]["episodes"]), video, "eval.mp4")(policy, 0)
-    metrics.update(task=task["name"], policy=str(c["policy"].get("path") or c["policy"]["kind"]))
+    with flying_on(policy, c.get("device", "auto")) as device:
+        log.info("evaluating %s on %s", c["policy"].get("path") or c["policy"]["kind"], device)
+        metrics = evaluator(task, int(task["eval"]["episodes"]), video, "eval.mp4")(policy, 0)
+    metrics.update(task=task["name"], policy=str(c["policy"].get("path") or c["policy"]["kind"]), device=str(device))
     write_json(run_dir / "metrics.json", metrics)
     log.info("run folder: %s", run_dir)
     return metrics

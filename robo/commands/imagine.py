@@ -10,7 +10,8 @@
   demos) and saved; base and fine-tuned policy are scored in the sim (Ctrl-World's loop).
 
 The world model is loaded from ``model.path`` or fitted on behaviour data (or, ``model.data=demos``, on
-the task's demos) and saved in the run.
+the task's demos) and saved in the run. It fits, predicts and imagines on ``device`` (numpy only at SB3's and the
+tasks' boundary), and so do the chunk policies that act in it (ranked checkpoints, ``synthesize.base``).
 """
 
 from __future__ import annotations
@@ -57,24 +58,26 @@ def model_data(task: ImagineTask, task_cfg: dict, m: dict, seed: int) -> list:
 
 def world_model(task: ImagineTask, m: dict, run_dir: Path, seed: int,
                 task_cfg: dict | None = None, device: str = "cpu") -> tuple[EnsembleDynamics, list]:
-    """Load ``m["path"]`` or fit a new ensemble on ``model_data`` (on ``device``); returns it and that data."""
+    """Load ``m["path"]`` or fit a new ensemble on ``model_data`` (on ``device``); returns it, on ``device`` where
+    it predicts, and that data."""
     data = model_data(task, task_cfg or {"name": task.name}, m, seed)
     if m.get("path"):
         model = EnsembleDynamics.load(m["path"])
         if (model.obs_dim, model.action_dim) != (task.obs_dim, task.action_dim):
             raise ValueError(f"{m['path']} models obs/action dims {(model.obs_dim, model.action_dim)}, task "
                              f"{task.name} has {(task.obs_dim, task.action_dim)}")
-        return model, data
+        return model.to(resolve_device(device)), data
     model = EnsembleDynamics(ensemble_config(task, m["members"], m["hidden_dims"], m.get("object_frame", True)))
     stats = model.fit(transitions(data), steps=model_setting(task, m, "fit_steps"), seed=seed,
                       device=resolve_device(device))
     log.info("world model fitted: %s", stats)
     model.save(run_dir / "world_model")
-    return model, data
+    return model.to(resolve_device(device)), data
 
 
-def make_checkpoint_policy(entry: dict, task: ImagineTask, seed: int):
-    """``{path: raptor | expert | <checkpoint dir>, noise: float}`` -> (name, policy)."""
+def make_checkpoint_policy(entry: dict, task: ImagineTask, seed: int, device: str | None = "cpu"):
+    """``{path: raptor | expert | <checkpoint dir>, noise: float}`` -> (name, policy); a chunk policy acts on
+    ``device`` (``robo.imitation.evaluate.acting_device``), any other on the CPU."""
     path, noise = str(entry["path"]), float(entry.get("noise", 0.0))
     if path == "expert":
         return f"expert+random{noise:g}", PushTExpertPolicy(noise, seed=seed)
@@ -86,8 +89,22 @@ def make_checkpoint_policy(entry: dict, task: ImagineTask, seed: int):
         from policies.registry import load_policy
 
         base = load_policy(path)
+        on_device(base, device)
     low, high = float(task.action_space.low.min()), float(task.action_space.high.max())
     return f"{path}+noise{noise:g}", NoisyPolicy(base, noise, low, high, seed=seed)
+
+
+def on_device(policy, device: str | None):
+    """``policy`` moved to ``device`` when it acts there from host observations (a chunk policy), else left on the
+    CPU (``robo.imitation.evaluate.acting_device``); returns it."""
+    from policies.chunked import QueuedActing
+    from robo.device import move_policy
+    from robo.imitation.evaluate import acting_device
+
+    if not isinstance(policy, QueuedActing):
+        return policy
+    target = acting_device(policy, device)
+    return move_policy(policy, target) if target.type != "cpu" else policy
 
 
 def start_states(data: list) -> np.ndarray:
@@ -97,7 +114,8 @@ def start_states(data: list) -> np.ndarray:
 
 def evaluate(c: dict, task: ImagineTask, model: EnsembleDynamics, data: list, run_dir: Path) -> dict:
     e = c["evaluate"]
-    pols = [make_checkpoint_policy(dict(x), task, c["seed"] + i) for i, x in enumerate(e["checkpoints"])]
+    pols = [make_checkpoint_policy(dict(x), task, c["seed"] + i, c.get("device", "auto"))
+            for i, x in enumerate(e["checkpoints"])]
     if not pols:
         raise ValueError("imagine evaluate needs evaluate.checkpoints: [{path: ..., noise: ...}, ...]")
     start = start_states(data)[: int(e["episodes"])]
@@ -239,13 +257,13 @@ def improve_on_imagined(c: dict, task: ImagineTask, model: EnsembleDynamics, dat
 
     from robo.world_model.self_improve import finetune, imagined_successes
 
-    seed = int(c["seed"])
+    seed, device = int(c["seed"]), c.get("device", "auto")
     base = load_policy(r["base"])
     if not hasattr(base, "n_action_steps"):
         raise ValueError(f"synthesize.base={r['base']} is a {base.kind!r} policy; the fine-tuning continues a chunked "
                          "policy's imitation training (diffusion or energy)")
-    imagined, stats = imagined_successes(model, base, start_states(data), task, int(r["attempts"]), r["select"],
-                                         seed=seed)
+    imagined, stats = imagined_successes(model, on_device(base, device), start_states(data), task,
+                                         int(r["attempts"]), r["select"], seed=seed)
     log.info("imagined rollouts: %s", stats)
     demos = []
     if r["with_demos"]:
@@ -257,7 +275,8 @@ def improve_on_imagined(c: dict, task: ImagineTask, model: EnsembleDynamics, dat
         raise ValueError(f"no imagined episode of {r['base']} succeeded ({stats['rollouts']} rollouts) and "
                          "synthesize.with_demos is false: nothing to fine-tune on")
     policy = finetune(load_policy(r["base"]), demos + imagined, int(r["finetune_steps"]), float(r["finetune_lr"]),
-                      int(r["finetune_batch"]), seed=seed, run_dir=run_dir / "finetune")
+                      int(r["finetune_batch"]), seed=seed, run_dir=run_dir / "finetune",
+                      device=resolve_device(device))
     policy.save(run_dir / "checkpoints" / "latest" / "policy")
     _, ok_base = task.collect(base, eval_episodes, seed=seed + 20_000)
     _, ok = task.collect(policy, eval_episodes, seed=seed + 20_000)

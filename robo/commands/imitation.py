@@ -16,7 +16,7 @@ from robo.run_dir import start_run, write_json, write_resolved_config
 from robo.imitation.data import ChunkWindows, compute_stats
 from robo.imitation.distill import DistillConfig, teacher_labels
 from robo.imitation.distributed import Ranks
-from robo.imitation.evaluate import evaluate_chunked_policy, evaluate_flights, evaluate_per_task
+from robo.imitation.evaluate import evaluate_chunked_policy, evaluate_flights, evaluate_per_task, flying_on
 from robo.imitation.sources import init_weights, load_episodes, make_imitation_policy
 from robo.imitation.trainer import ImitationTrainer, TrainConfig
 
@@ -88,7 +88,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     trainer.train(resume=bool(cfg.resume))
     if not ranks.main:
         return {"step": trainer.step, "rank": ranks.rank}
-    final = evaluator(task, int(task["eval"]["episodes"]), run_dir / "videos" if video else None)(policy, trainer.step)
+    with flying_on(policy, trainer.device):  # the final evaluation on the run's device, as the periodic ones
+        final = evaluator(task, int(task["eval"]["episodes"]), run_dir / "videos" if video else None)(policy,
+                                                                                                     trainer.step)
     metrics = {"step": trainer.step, "train_wall_time": trainer.wall_time, "num_demos": len(episodes), **final}
     write_json(run_dir / "eval_history.json", trainer.history)
     write_json(run_dir / "metrics.json", metrics)

@@ -11,10 +11,11 @@ leaves the last good checkpoint in place.
 
 Device (``robo.device``): the policy trains on ``device`` (batches gathered on the CPU, pinned and copied
 asynchronously when it is CUDA), optionally under bf16 autocast (``train.amp: bf16``) and with its modules
-compiled (``train.compile``); evaluations and ``train``'s return leave the policy on the CPU, where the task envs
-run. Under ``torchrun`` each rank trains on its slice of a global batch of ``world_size * batch_size`` windows
-(``robo.imitation.distributed``); rank 0 alone writes checkpoints, logs and evaluations, and a resume loads the
-same checkpoint on every rank.
+compiled (``train.compile``). Evaluations fly the policy where it trains (the task envs stay on the CPU; the
+evaluators copy each step's batch of observations over once, ``robo.imitation.evaluate``), and ``train``'s return
+leaves the policy on the CPU. Under ``torchrun`` each rank trains on its slice of a global batch of
+``world_size * batch_size`` windows (``robo.imitation.distributed``); rank 0 alone writes checkpoints, logs and
+evaluations, and a resume loads the same checkpoint on every rank.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ class TrainConfig:
 class ImitationTrainer:
     """Train ``policy`` on ``windows`` (``ChunkWindows``, or anything with ``len`` and ``batch(ids)``, e.g.
     ``distill.TeacherLabels``) in ``run_dir``. ``evaluate(policy, step) -> dict`` (optional) is called
-    every ``eval_every`` steps and at the end; its results form ``history``. ``device``: ``robo.device``'s
-    setting; under torchrun the process group is joined here."""
+    every ``eval_every`` steps and at the end, with the policy on the run's device; its results form
+    ``history``. ``device``: ``robo.device``'s setting; under torchrun the process group is joined here."""
 
     def __init__(self, policy: ChunkedPolicy, windows: ChunkWindows | TeacherLabels, config: TrainConfig,
                  run_dir: str | Path,
@@ -169,20 +170,14 @@ class ImitationTrainer:
             w.writerow(row)
 
     def _evaluate(self, tb) -> dict | None:
-        """Rank 0 evaluates the policy, on the CPU where the task envs run; the others wait."""
+        """Rank 0 evaluates the policy where it trains (the evaluators fly it on its weights' device, the task envs
+        on the CPU); the others wait."""
         if self.evaluate_fn is None:
             return None
         if not self.ranks.main:
             barrier(self.ranks)
             return None
-        on_cpu = self.device.type == "cpu"
-        if not on_cpu:
-            move_policy(self.policy, torch.device("cpu"))
-        try:
-            m = {"step": self.step, "wall_time": self.wall_time, **self.evaluate_fn(self.policy, self.step)}
-        finally:
-            if not on_cpu:
-                move_policy(self.policy, self.device)
+        m = {"step": self.step, "wall_time": self.wall_time, **self.evaluate_fn(self.policy, self.step)}
         barrier(self.ranks)
         self.history.append(m)
         for k, v in m.items():

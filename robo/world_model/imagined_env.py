@@ -7,6 +7,10 @@ bootstrapping continues as in MBPO) where the ensemble's disagreement exceeds
 ``QuadrotorVectorEnv``, so SB3 (through ``SB3VecEnvAdapter``) and any gymnasium trainer use it
 unchanged. ``MixedVectorEnv`` concatenates a real and an imagined VectorEnv, so a trainer's data
 has a chosen imagined fraction: ``imagined_envs / (real_envs + imagined_envs)``.
+
+The model predicts on its own device (``EnsembleDynamics.to``); the env's state stays numpy on the host, SB3's
+side, so each step copies the batch's (obs, action, previous obs) to the model once and its predictions back once
+(``EnsembleDynamics.predict_numpy``).
 """
 
 from __future__ import annotations
@@ -95,15 +99,16 @@ class ImaginedEnv(VectorEnv):
         if not np.all(np.isfinite(a)):
             raise ValueError("actions contain NaN or inf")
         a = np.clip(a, self.single_action_space.low, self.single_action_space.high)
-        p = self.model.predict(self.obs, a, sample=self.sample, generator=self.generator, prev_obs=self.prev_obs)
-        nxt = p.next_obs.numpy().astype(np.float32)
+        p = self.model.predict_numpy(self.obs, a, sample=self.sample, generator=self.generator,
+                                     prev_obs=self.prev_obs)
+        nxt = p["next_obs"].astype(np.float32)
         low, high = self.single_observation_space.low, self.single_observation_space.high
         nxt = np.clip(nxt, low, high)
-        reward = (p.reward.numpy() if self.reward_fn is None else np.asarray(self.reward_fn(self.obs, a, nxt)))
+        reward = (p["reward"] if self.reward_fn is None else np.asarray(self.reward_fn(self.obs, a, nxt)))
         success = (np.asarray(self.success_fn(nxt), bool) if self.success_fn is not None
                    else np.zeros(self.num_envs, bool))
-        terminated = success | p.terminated.numpy()
-        disagreement = p.disagreement.numpy()
+        terminated = success | p["terminated"]
+        disagreement = p["disagreement"]
         self.steps += 1
         cut = disagreement > self.threshold
         truncated = (self.steps >= self.max_episode_steps) | cut

@@ -1,5 +1,8 @@
 """Policies in imagination: batched rollouts through the dynamics model, imagined success, ranking
-checkpoints, and multi-step prediction error against recorded real episodes."""
+checkpoints, and multi-step prediction error against recorded real episodes.
+
+The model predicts on its own device (``EnsembleDynamics.to``); policies and tasks see numpy, one copy to the
+model and one back per step (``EnsembleDynamics.predict_numpy``)."""
 
 from __future__ import annotations
 
@@ -35,16 +38,16 @@ def imagine_rollout(model: EnsembleDynamics, policy, start_obs, steps: int, task
     for _ in range(steps):
         a = np.clip(np.asarray(policy.act(obs), np.float32), low, high)
         actions.append(a)
-        p = model.predict(obs, a, sample=sample, generator=gen, prev_obs=prev)
-        nxt = p.next_obs.numpy()
+        p = model.predict_numpy(obs, a, sample=sample, generator=gen, prev_obs=prev)
+        nxt = p["next_obs"]
         if task.observation_space is not None:
             nxt = np.clip(nxt, task.observation_space.low, task.observation_space.high)
         prev = obs
         obs = np.where(alive[:, None], nxt, obs).astype(np.float32)
         length += alive
-        best = np.where(alive, np.maximum(best, p.reward.numpy()), best)
-        failed = p.terminated.numpy() | (p.disagreement.numpy() > disagreement_threshold)
-        cut |= alive & (p.disagreement.numpy() > disagreement_threshold)
+        best = np.where(alive, np.maximum(best, p["reward"]), best)
+        failed = p["terminated"] | (p["disagreement"] > disagreement_threshold)
+        cut |= alive & (p["disagreement"] > disagreement_threshold)
         if task.success_at == "any":
             won = alive & task.success_fn(obs)
             success |= won
@@ -101,7 +104,7 @@ def open_loop_error(model: EnsembleDynamics, episodes: list[Episode], horizon: i
     errs = []
     for k in range(horizon):
         a = np.stack([e["action"][k] for e in eps])
-        obs, prev = model.predict(obs, a, prev_obs=prev).next_obs.numpy(), obs
+        obs, prev = model.predict_numpy(obs, a, prev_obs=prev)["next_obs"], obs
         d = obs - np.stack([e["next_obs"][k] for e in eps])
         for i in angle_dims:
             d[:, i] = (d[:, i] + np.pi) % (2 * np.pi) - np.pi

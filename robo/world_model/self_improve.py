@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from policies.world_model import EnsembleDynamics
 
@@ -90,10 +91,11 @@ def replay_in_sim(make_env: Callable[[], gym.Env], episodes: list[Episode], star
 
 
 def finetune(policy, episodes: list[Episode], steps: int, lr: float = 1e-4, batch_size: int = 256,
-             warmup_steps: int = 50, seed: int = 0, run_dir=None):
+             warmup_steps: int = 50, seed: int = 0, run_dir=None, device: str | torch.device = "cpu"):
     """Continue the imitation training of a chunked ``policy`` (in place; its normalization is kept)
     on ``episodes`` (demos and / or imagined successes; windows of those with ``plan`` start at its
-    planning steps) for ``steps`` steps with ``robo.imitation``'s trainer; returns the policy."""
+    planning steps) for ``steps`` steps with ``robo.imitation``'s trainer on ``device``; returns the policy (on the
+    CPU, as the trainer hands it back)."""
     from robo.imitation.data import ChunkWindows
     from robo.imitation.trainer import ImitationTrainer, TrainConfig
 
@@ -103,5 +105,5 @@ def finetune(policy, episodes: list[Episode], steps: int, lr: float = 1e-4, batc
     config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, checkpoint_every=steps,
                          seed=seed)
     with tempfile.TemporaryDirectory(prefix="finetune_") as tmp:
-        ImitationTrainer(policy, windows, config, run_dir or tmp).train(progress=False)
+        ImitationTrainer(policy, windows, config, run_dir or tmp, device=device).train(progress=False)
     return policy

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from policies.base import weights_device
 from policies.mlp import MLPConfig, MLPPolicy
 from policies.world_model import EnsembleDynamics, TrajectoryDiffusion, TrajectoryDiffusionConfig
 
@@ -41,23 +42,25 @@ def segments_from_episodes(episodes: list[Episode], horizon: int, stride: int = 
 
 
 def dynamics_residual(model: EnsembleDynamics, seg: torch.Tensor, obs_dim: int, action_dim: int) -> np.ndarray:
-    """(B,) mean |model(s_t, a_t) - s_{t+1}| over a segment's steps (obs units)."""
+    """(B,) mean |model(s_t, a_t) - s_{t+1}| over a segment's steps (obs units), computed on the model's device."""
+    seg = seg.to(getattr(model, "device", seg.device))
     B, H, _ = seg.shape
     states = seg[:, :, :obs_dim]
     prev = torch.cat([states[:, :1], states[:, :-2]], 1).reshape(-1, obs_dim)  # the first step has none
     s, a = states[:, :-1].reshape(-1, obs_dim), seg[:, :-1, obs_dim:obs_dim + action_dim].reshape(-1, action_dim)
     pred = model.predict(s, a, prev_obs=prev).next_obs.reshape(B, H - 1, obs_dim)
-    return (pred - seg[:, 1:, :obs_dim]).abs().mean((1, 2)).numpy()
+    return (pred - seg[:, 1:, :obs_dim]).abs().mean((1, 2)).cpu().numpy()
 
 
 def synthesize(generator: TrajectoryDiffusion, start_obs, task: ImagineTask, target_policy=None,
                guidance_scale: float = 0.0, model: EnsembleDynamics | None = None, max_residual: float = np.inf,
                seed: int = 0) -> tuple[np.ndarray, dict]:
-    """Generate one segment per start obs; keep the successful, consistent ones -> (K, H, C), stats
-    (``kept_starts`` (K,): the rows of ``start_obs`` the kept segments start from)."""
+    """Generate one segment per start obs (on the generator's device, copied to the host once); keep the
+    successful, consistent ones -> (K, H, C), stats (``kept_starts`` (K,): the rows of ``start_obs`` the kept
+    segments start from)."""
     c = generator.config
     gen = torch.Generator().manual_seed(seed)
-    seg = generator.sample(start_obs, target_policy, guidance_scale, generator=gen)
+    seg = generator.sample(start_obs, target_policy, guidance_scale, generator=gen).cpu()
     H = c.horizon
     ok = task.success_fn(seg[:, :, :c.obs_dim].reshape(-1, c.obs_dim).numpy()).reshape(-1, H).any(1)
     residual = (dynamics_residual(model, seg, c.obs_dim, c.action_dim) if model is not None
@@ -102,11 +105,13 @@ def train_bc(obs: np.ndarray, action: np.ndarray, steps: int = 2000, policy: MLP
 
 
 def policy_target(policy: MLPPolicy):
-    """A PGD target: states (B, H, D) -> the policy's actions (B, H, A)."""
+    """A PGD target: states (B, H, D) -> the policy's actions (B, H, A), computed where the policy's weights are
+    and handed back on the states' device."""
     def f(states: torch.Tensor) -> torch.Tensor:
         B, H, D = states.shape
         with torch.no_grad():
-            return policy.model(states.reshape(-1, D)).reshape(B, H, -1)
+            actions = policy.model(states.reshape(-1, D).to(weights_device(policy))).reshape(B, H, -1)
+        return actions.to(states.device)
     return f
 
 
@@ -147,8 +152,8 @@ def synthesis_experiment(task: ImagineTask, data: list[Episode], seed: int = 0, 
                          eval_episodes: int = 16, samples: int = 256, guidance_scale: float = 0.5,
                          device: str | torch.device = "cpu") -> dict:
     """BC on ``demos`` successful episodes of ``data``; fine-tuned on synthesized successful segments
-    from an unguided and a guided generator; every policy scored in the real sim. The generator trains on
-    ``device`` (``TrajectoryDiffusion.fit``) and samples on the CPU; BC trains on the CPU."""
+    from an unguided and a guided generator; every policy scored in the real sim. The generator trains and
+    samples on ``device`` (``TrajectoryDiffusion.fit``, ``to``); BC trains on the CPU."""
     torch.manual_seed(seed)
     good = [e for e in data if e["terminated"].any()]
     if len(good) < demos:
@@ -157,6 +162,7 @@ def synthesis_experiment(task: ImagineTask, data: list[Episode], seed: int = 0, 
     gen = TrajectoryDiffusion(TrajectoryDiffusionConfig(obs_dim=task.obs_dim, action_dim=task.action_dim,
                                                         horizon=horizon))
     gen_stats = gen.fit(segments_from_episodes(data, horizon), steps=diffusion_steps, seed=seed, device=device)
+    gen.to(device)
     # start states from which the data reached success within the horizon
     starts = np.concatenate([e["obs"][max(0, len(e["obs"]) - horizon):] for e in good])
     rng = np.random.default_rng(seed)
