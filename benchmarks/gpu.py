@@ -1,11 +1,14 @@
 """robo's throughput on one device (a GPU when torch sees one, else the CPU), as one table.
 
-Rows: the batched quadrotor simulator's env-steps/s (torch RK4, float32, randomized parameters) at B = 1k, 64k,
-1M and the largest batch that fits (doubling from 1M until out of memory or out of time); the imitation
+Rows: the batched quadrotor simulator's env-steps/s (``BatchedQuadrotorSim.step``, float32, randomized parameters)
+at B = 1k, 64k, 1M and the largest batch that fits (doubling from 1M until out of memory or out of time), for each
+step backend of ``--sim-backends`` (default: ``torch``, the eager RK4, and on CUDA also ``compiled``, its
+``torch.compile``, compiled for each batch size on top of the time share); the imitation
 trainer's steps/s at batch 256 (``robo.imitation.ImitationTrainer``, synthetic batches of push-T's shapes:
 state (5,) and image (3, 96, 96) + state (2,), the push-T presets' policies) for the diffusion U-Net and the
-energy policy; SAC hover (``robo train +experiment=hover_quick``, the SB3 networks on the device, the sim on
-the CPU) env-steps/s and the wall time until an evaluation's median error is below 5 cm; and the latency of one
+energy policy; SAC hover (``robo train +experiment=hover_quick`` with ``--sac-algo``, default ``sac_fast``: the
+networks, the replay and the batched sim on the device; the main job's trimmed actor is what is evaluated)
+env-steps/s and the wall time until an evaluation's median error is below 5 cm; and the latency of one
 chunk at batch 1 (DDIM with 10 steps; the energy policy's descent). ``--budget-s`` bounds the whole run (default
 480 s: 8 minutes); each part gets its share and reports what it reached in it.
 
@@ -64,32 +67,60 @@ def free(device: torch.device) -> None:
 
 
 # Simulator ---------------------------------------------------------------------------------------
-def sim_rate(batch: int, device: torch.device, seconds: float, step=None) -> tuple[float, int]:
-    """(env-steps/s, steps timed) of ``rk4_step`` on ``batch`` hovering quadrotors for about ``seconds``."""
-    from sims.quadrotor.dynamics import hover_state, rk4_step
+def sim_rate(batch: int, device: torch.device, seconds: float, backend: str = "torch") -> tuple[float, int, float]:
+    """(env-steps/s, steps timed, seconds to make the simulator) of ``BatchedQuadrotorSim.step`` (no validation)
+    with ``step_backend=backend`` on ``batch`` hovering quadrotors for about ``seconds``; making a "compiled"
+    simulator compiles its step, which is not in the rate. The open-loop randomized quadrotors drift off and spin
+    up (non-finite after about 4000 steps), so every 1000 steps they start again from hover."""
+    from sims.quadrotor import BatchedQuadrotorSim
     from sims.quadrotor.randomization import RandomizationConfig, sample_params
 
-    step = step or rk4_step
     p = sample_params(RandomizationConfig(), batch, seed=0, dtype=torch.float32, device=device)
-    s = hover_state(p)
+    if backend == "compiled":  # one graph per batch size: drop the earlier ones, or past TorchDynamo's
+        torch.compiler.reset()  # recompile_limit (8) a batch size would run eagerly
+    t0 = time.perf_counter()
+    sim = BatchedQuadrotorSim(p, step_backend=backend)
+    sync(device)
+    build = time.perf_counter() - t0
+    if sim.step_backend != backend:
+        raise RuntimeError(f"step_backend={backend!r} fell back to {sim.step_backend!r} (see the warning)")
     a = (2 * p.hover_command() - 1)[:, None].expand(-1, 4).contiguous()
-    s = step(s, a, p)  # warm-up
+    start = sim.state.clone()
+    sim.step(a, validate=False)  # warm-up
     sync(device)
     n, t0 = 0, time.perf_counter()
     while n < 1 or time.perf_counter() - t0 < seconds:
-        s = step(s, a, p)
+        sim.step(a, validate=False)
         n += 1
         if n % 10 == 0:
             sync(device)
+        if n % 1000 == 0:
+            sim.reset(start)
     sync(device)
     wall = time.perf_counter() - t0
-    if not bool(torch.isfinite(s).all()):
+    if not bool(torch.isfinite(sim.state).all()):
         raise RuntimeError(f"the state became non-finite at B={batch}")
-    return batch * n / wall, n
+    return batch * n / wall, n, build
 
 
-def bench_sim(device: torch.device, budget: float, max_batch: int) -> list[tuple]:
-    """Rows for B = 1k, 64k, 1M, then doubling from 1M (up to ``max_batch``) until out of memory or time."""
+def bench_sim(device: torch.device, budget: float, max_batch: int, backends: tuple[str, ...]) -> list[tuple]:
+    """Rows of each step backend in turn (an equal share of ``budget`` each), then the best of all."""
+    rows, measured, deadline = [], [], time.perf_counter() + budget
+    for i, backend in enumerate(backends):
+        share = (deadline - time.perf_counter()) / (len(backends) - i)
+        backend_rows, backend_measured = bench_sim_backend(device, share, max_batch, backend)
+        rows += backend_rows
+        measured += [(b, rate, backend) for b, rate in backend_measured]
+    if measured:
+        b, rate, backend = max(measured, key=lambda m: m[1])
+        rows.append(("sim env-steps/s, best", f"{rate:,.0f}", f"B={b:,}, step_backend={backend}"))
+    return rows
+
+
+def bench_sim_backend(device: torch.device, budget: float, max_batch: int, backend: str) -> tuple[list, list]:
+    """(rows, [(B, env-steps/s)]) of ``step_backend=backend`` at B = 1k, 64k, 1M, then doubling from 1M (up to
+    ``max_batch``) until out of memory or time. A "compiled" cell compiles for its batch size first (its notes
+    say how long), on top of its share of the time."""
     rows, deadline = [], time.perf_counter() + budget
     per_cell = budget / (len(SIM_BATCHES) + 3)
     measured: list[tuple[int, float]] = []
@@ -98,26 +129,25 @@ def bench_sim(device: torch.device, budget: float, max_batch: int) -> list[tuple
     while b <= max_batch:
         batches.append(b)
         b *= 2
+    build = 0.0
     for b in batches:
-        if b > SIM_BATCHES[-1] and time.perf_counter() + per_cell > deadline:
+        if b > SIM_BATCHES[-1] and time.perf_counter() + per_cell + build > deadline:
             break
         try:
-            rate, n = sim_rate(b, device, per_cell if b in SIM_BATCHES else per_cell / 2)
+            rate, n, build = sim_rate(b, device, per_cell if b in SIM_BATCHES else per_cell / 2, backend)
         except Exception as e:  # noqa: BLE001 (out of memory, or a gap on this device: the table says so)
             free(device)
             if b in SIM_BATCHES or not is_oom(e):
-                rows.append((f"sim env-steps/s, B={b:,}", "failed", error_text(e)))
+                rows.append((f"sim env-steps/s, {backend}, B={b:,}", "failed", error_text(e)))
             break
         measured.append((b, rate))
+        compiled = f"; compiled in {build:.0f} s" if backend == "compiled" else ""
         if b in SIM_BATCHES:
-            rows.append((f"sim env-steps/s, B={b:,}", f"{rate:,.0f}", f"{n} steps"))
+            rows.append((f"sim env-steps/s, {backend}, B={b:,}", f"{rate:,.0f}", f"{n} steps{compiled}"))
     if measured and measured[-1][0] > SIM_BATCHES[-1]:
-        rows.append((f"sim env-steps/s, largest B={measured[-1][0]:,}", f"{measured[-1][1]:,.0f}",
+        rows.append((f"sim env-steps/s, {backend}, largest B={measured[-1][0]:,}", f"{measured[-1][1]:,.0f}",
                      f"doubling from 1M until out of memory, time or --max-sim-batch {max_batch:,}"))
-    if measured:
-        b, rate = max(measured, key=lambda m: m[1])
-        rows.append(("sim env-steps/s, best", f"{rate:,.0f}", f"B={b:,}"))
-    return rows
+    return rows, measured
 
 
 # Imitation training ---------------------------------------------------------------------------------
@@ -208,13 +238,14 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def bench_sac(device: torch.device, budget: float, target: float = 0.05) -> list[tuple]:
-    """SAC hover from scratch (``+experiment=hover_quick``, stopping at ``target`` m median error)."""
+def bench_sac(device: torch.device, budget: float, target: float = 0.05, algo: str = "sac_fast") -> list[tuple]:
+    """SAC hover from scratch (``+experiment=hover_quick algo=<algo>``, stopping at ``target`` m median error of the
+    evaluated, trimmed actor, as the main job deploys it)."""
     from robo.rl.trainer import Trainer
     from robo.run_dir import compose
 
-    cfg = compose("train", ["+experiment=hover_quick", f"device={device}", f"stop.median_position_error={target}",
-                            "trim.starts=0", "video.enabled=false"])
+    cfg = compose("train", ["+experiment=hover_quick", f"algo={algo}", f"device={device}",
+                            f"stop.median_position_error={target}", "video.enabled=false"])
     c = OmegaConf.to_container(cfg, resolve=True)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(c, Path(tmp))
@@ -230,7 +261,7 @@ def bench_sac(device: torch.device, budget: float, target: float = 0.05) -> list
         steps = int(trainer.model.num_timesteps) if trainer.model is not None else 0
         hit = next((m for m in trainer.history if m.get("final_median_position_error", 1e9) < target), None)
     best = min((m["final_median_position_error"] for m in trainer.history), default=float("nan"))
-    rows = [("SAC hover env-steps/s (evaluations included)", f"{steps / wall:,.0f}",
+    rows = [(f"SAC hover env-steps/s ({algo}, evaluations included)", f"{steps / wall:,.0f}",
              f"{steps:,} env steps in {wall:.0f} s, {c['num_envs']} envs")]
     if hit is not None or reached:
         rows.append((f"SAC hover time to < {target * 100:.0f} cm", f"{hit['wall_time']:.0f} s",
@@ -371,10 +402,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (robo.device)")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of the whole run, s")
     ap.add_argument("--sac-seconds", type=float, default=None, help="time limit of the SAC run (default: its share)")
+    ap.add_argument("--sac-algo", default="sac_fast", choices=["sac_fast", "sac"],
+                    help="sac_fast: sim, replay and updates on the device; sac: SB3's, its env on the CPU")
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     ap.add_argument("--batch", type=int, default=256, help="imitation training batch")
     ap.add_argument("--amp", choices=["bf16"], default=None, help="bf16 autocast in the imitation trainer")
     ap.add_argument("--compile", action="store_true", help="torch.compile the imitation policies")
+    ap.add_argument("--sim-backends", nargs="+", choices=["torch", "compiled", "c"], default=None,
+                    help="simulator step backends timed (default: torch, and compiled on CUDA)")
     ap.add_argument("--max-sim-batch", type=int, default=None,
                     help="largest simulator batch tried (default: 2^31 on CUDA, 4M on the CPU, whose OOM kills)")
     ap.add_argument("--requirements", choices=["bench", "all"], default=None,
@@ -410,11 +445,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[{time.perf_counter() - t_start:6.0f} s] {part}: {budget:.0f} s", file=sys.stderr, flush=True)
         if part == "sim":
             cap = args.max_sim_batch or (2**31 if device.type == "cuda" else 4_000_000)
-            rows += bench_sim(device, budget, cap)
+            backends = args.sim_backends or (["torch", "compiled"] if device.type == "cuda" else ["torch"])
+            rows += bench_sim(device, budget, cap, tuple(backends))
         elif part == "train":
             rows += bench_train(device, budget, args.batch, args.amp, args.compile)
         elif part == "sac":
-            rows += bench_sac(device, args.sac_seconds or budget * 0.9)
+            rows += bench_sac(device, args.sac_seconds or budget * 0.9, algo=args.sac_algo)
         else:
             rows += bench_latency(device, budget)
     wall = time.perf_counter() - t_start

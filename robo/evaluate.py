@@ -173,7 +173,7 @@ def flight_device(spec: str | torch.device | None, policy: Policy, task_sim: dic
     device = resolve_device(spec)
     if device.type == "cpu":
         return device
-    if task_sim.get("step_backend", "torch") != "torch":
+    if task_sim.get("step_backend", "torch") == "c":  # the compiled (torch.compile) step runs on any device
         log.warning("device=%s: sim.step_backend=%s runs on the CPU; flying there", device, task_sim["step_backend"])
         return torch.device("cpu")
     try:  # on a copy, so that a policy that cannot fly there is left as it was

@@ -158,7 +158,7 @@ class Trainer:
         device = torch.device(self.device)
         if device.type == "cpu":
             return device
-        if self.step_backend != "torch":
+        if self.step_backend == "c":
             log.warning("device=%s: sim.step_backend=%s runs on the CPU; the env and evaluations fly there, "
                         "the networks train on %s", device, self.step_backend, device)
             return torch.device("cpu")
@@ -210,7 +210,7 @@ class Trainer:
         actor and the sim can fly there (``robo.evaluate.flight_device``; robo's MLP actor can), else the CPU."""
         e = self.c["eval"]
         policy, trim = self.flown = self.deployed_policy()
-        spec = self.c.get("device", "auto") if self.step_backend == "torch" else "cpu"  # C step: warned in __init__
+        spec = "cpu" if self.step_backend == "c" else self.c.get("device", "auto")  # C step: warned in __init__
         device = flight_device(spec, policy, {"step_backend": self.step_backend})  # moves policy there
         m = flight_metrics(rollout(policy, self.evaluation_task(device), float(e["seconds"])),
                            float(e["success_radius"]))

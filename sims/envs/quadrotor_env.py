@@ -55,7 +55,8 @@ def make_batched_task(task="hover", robot="crazyflie", num_envs: int = 1, param_
                       step_backend: str = "torch", device: str | torch.device = "cpu") -> BatchedQuadrotorTask:
     """A ``BatchedQuadrotorTask`` of ``num_envs`` quadrotors (see ``make_task_config``, ``make_robot``).
 
-    ``step_backend``: ``"torch"`` or ``"c"`` (the compiled RK4 step, CPU; see ``BatchedQuadrotorSim``).
+    ``step_backend``: ``"torch"``, ``"c"`` (the RK4 step in C, CPU) or ``"compiled"`` (``torch.compile`` of the
+    torch step, any device, compiled when the task is made); see ``BatchedQuadrotorSim``.
     ``device``: a torch device (``"cpu"``, ``"cuda"``, ``"cuda:N"``) for the parameters, states, rewards and
     randomized parameters; the same seed flies the same episodes on every device (to float32 rounding).
 
@@ -82,7 +83,7 @@ class QuadrotorEnv(gym.Env):
         randomization: domain randomization (``RandomizationConfig`` or dict), drawn at every reset.
         dtype: simulation dtype (observations are always float32).
         render_mode: None or ``"rgb_array"`` (MuJoCo offscreen).
-        step_backend: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
+        step_backend: the simulator's RK4 step, ``"torch"``, ``"c"`` or ``"compiled"`` (see ``BatchedQuadrotorSim``).
         device: the simulator's torch device (numpy at the gymnasium boundary).
     """
 
@@ -147,7 +148,7 @@ class QuadrotorVectorEnv(VectorEnv):
     ``info["level"]`` (B,) the curriculum level each env played (-1 without level replay).
     With ``privileged=True`` observations end with ``privileged_observation`` (14 floats) for an
     asymmetric critic, after the deployable part (22 floats + the task's action history).
-    ``step_backend``: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
+    ``step_backend``: the simulator's RK4 step, ``"torch"``, ``"c"`` or ``"compiled"`` (see ``BatchedQuadrotorSim``).
     ``device``: where the task's tensors live between steps; ``reset`` and ``step`` take and return numpy (the
     gymnasium API), so each step copies its actions in and its results out once. A consumer on the device
     steps ``self.core`` (``BatchedQuadrotorTask``) with tensors instead.

@@ -85,7 +85,7 @@ class BatchedQuadrotorTask:
             fresh parameters for the environments being reset (domain randomization).
         privileged: append ``privileged_observation`` (B, 14) to every observation, for
             asymmetric actor-critic training (the actor reads only the first 22 floats).
-        step_backend: the simulator's RK4 step, ``"torch"`` or ``"c"`` (see ``BatchedQuadrotorSim``).
+        step_backend: the simulator's RK4 step, ``"torch"``, ``"c"`` or ``"compiled"`` (see ``BatchedQuadrotorSim``).
         device: where the parameters, states, references, rewards and episode counters live (default: the
             device of ``params``). Steps never leave it; a reset draws its noise on the host with the task's
             numpy generator (so one seed gives the same episodes on every device) and copies it over once.

@@ -134,6 +134,7 @@ def test_eval_flies_where_its_policy_and_sim_can(monkeypatch, no_cuda):
     assert flight_device("cuda", policy, {"step_backend": "torch"}) == torch.device("meta")
     assert policy.model.weight.device.type == "meta"
     assert flight_device("cuda", _AnyDevice(), {"step_backend": "c"}) == torch.device("cpu")
+    assert flight_device("cuda", _AnyDevice(), {"step_backend": "compiled"}) == torch.device("meta")  # any device
     numpy_only = _NumpyOnly()
     assert flight_device("cuda", numpy_only, {"step_backend": "torch"}) == torch.device("cpu")
     assert numpy_only.model.weight.device.type == "cpu"
