@@ -7,7 +7,8 @@ step backend of ``--sim-backends`` (default: ``torch``, the eager RK4, and on CU
 trainer's steps/s at batch 256 (``robo.imitation.ImitationTrainer``, synthetic batches of push-T's shapes:
 state (5,) and image (3, 96, 96) + state (2,), the push-T presets' policies) for the diffusion U-Net and the
 energy policy; SAC hover (``robo train +experiment=hover_quick`` with ``--sac-algo``, default ``sac_fast``: the
-networks, the replay and the batched sim on the device; the main job's trimmed actor is what is evaluated)
+networks, the replay and the batched sim on the device, stepped by the compiled backend on CUDA; the main job's
+trimmed actor is what is evaluated)
 env-steps/s and the wall time until an evaluation's median error is below 5 cm; and the latency of one
 chunk at batch 1 (DDIM with 10 steps; the energy policy's descent). ``--budget-s`` bounds the whole run (default
 480 s: 8 minutes); each part gets its share and reports what it reached in it.
@@ -244,8 +245,9 @@ def bench_sac(device: torch.device, budget: float, target: float = 0.05, algo: s
     from robo.rl.trainer import Trainer
     from robo.run_dir import compose
 
+    fused = ["+sim.step_backend=compiled"] if device.type == "cuda" else []  # few envs: launches dominate eager
     cfg = compose("train", ["+experiment=hover_quick", f"algo={algo}", f"device={device}",
-                            f"stop.median_position_error={target}", "video.enabled=false"])
+                            f"stop.median_position_error={target}", "video.enabled=false", *fused])
     c = OmegaConf.to_container(cfg, resolve=True)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(c, Path(tmp))
