@@ -37,6 +37,24 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return torch.device(spec)
 
 
+def indexed(device: str | torch.device) -> torch.device:
+    """``device`` as a torch device, ``cuda`` as the ``cuda:N`` it means (tensors report their index; SB3 and a bare
+    ``device=cuda`` do not), other devices as they are."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def same_device(a: str | torch.device, b: str | torch.device) -> bool:
+    """Whether ``a`` and ``b`` name one device (``cuda`` is ``cuda:<current>``; CUDA is asked only when one of two
+    CUDA devices has no index)."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    return a.index == b.index or indexed(a) == indexed(b)
+
+
 def sb3_device(spec: str | torch.device | None) -> str:
     """The device string stable-baselines3 takes (``"cpu"``, ``"cuda"``, ``"cuda:1"``) for ``spec``."""
     return str(resolve_device(spec))

@@ -20,7 +20,7 @@ import torch
 
 from policies.base import Policy, weights_device
 from policies.chunked import ChunkedPolicy, QueuedActing, draw_noise
-from robo.device import move_policy, resolve_device
+from robo.device import indexed, move_policy, resolve_device
 from robo.evaluate import flight_metrics, rollout
 from robo.factory import make_task
 
@@ -28,22 +28,15 @@ EnvFactory = Callable[..., gym.Env]
 log = logging.getLogger(__name__)
 
 
-def _indexed(device: torch.device) -> torch.device:
-    """``cuda`` as the ``cuda:N`` it means (tensors report their index), other devices as they are."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def acting_device(policy, device: str | torch.device | None = None) -> torch.device:
     """The device ``policy`` flies on: where its weights are (``device`` None), or ``device`` resolved
     (``robo.device.resolve_device``: auto | cpu | cuda | cuda:N) for a policy that acts there on host
     observations: robo's chunk policies (diffusion, energy, implicit BC) do. Any other policy asked onto another
     device than its own (a steered policy, a scripted teacher) stays where it is, with a warning."""
-    home = _indexed(weights_device(policy))
+    home = indexed(weights_device(policy))
     if device is None:
         return home
-    target = _indexed(resolve_device(device))
+    target = indexed(resolve_device(device))
     if target != home and not isinstance(policy, QueuedActing):
         log.warning("device=%s: %s does not act on %s from host observations; flying on %s", device,
                     type(policy).__name__, target, home)
@@ -55,7 +48,7 @@ def acting_device(policy, device: str | torch.device | None = None) -> torch.dev
 def flying_on(policy, device: str | torch.device | None = None) -> Iterator[torch.device]:
     """Hold ``policy``'s weights on ``acting_device(policy, device)`` for the ``with`` block, then put them back
     where they were; yields that device."""
-    home, target = _indexed(weights_device(policy)), acting_device(policy, device)
+    home, target = indexed(weights_device(policy)), acting_device(policy, device)
     moved = target != home
     if moved:
         move_policy(policy, target)

@@ -42,6 +42,7 @@ from stable_baselines3.common.type_aliases import RolloutReturn, TrainFrequencyU
 from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.common.vec_env import VecEnv
 
+from robo.device import same_device
 from robo.rl.fused_update import JointAdam, Networks, check_plain_critic, features, min_q, run, sac_sample
 from robo.rl.tensor_replay import TensorReplayBuffer
 from sims.envs.quadrotor_env import autoreset_step
@@ -55,18 +56,6 @@ def batched_task(env: VecEnv) -> BatchedQuadrotorTask:
         raise ValueError(f"the fast algorithms step a torch batched task: give them SB3VecEnvAdapter(QuadrotorVectorEnv"
                          f"(...)), optionally VecMonitor-wrapped, not {type(env.unwrapped).__name__}")
     return task
-
-
-def same_device(a: str | torch.device, b: str | torch.device) -> bool:
-    """Whether ``a`` and ``b`` name one device: ``cuda`` is ``cuda:<current>`` (SB3 keeps ``cuda`` without an index,
-    tensors report ``cuda:0``)."""
-    a, b = torch.device(a), torch.device(b)
-    if a.type != b.type:
-        return False
-    if a.type != "cuda" or a.index == b.index:
-        return True
-    return (torch.cuda.current_device() if a.index is None else a.index) == (
-        torch.cuda.current_device() if b.index is None else b.index)
 
 
 def _noise(noise: ActionNoise, n: int, device: torch.device) -> torch.Tensor:
