@@ -136,7 +136,7 @@ class Trainer:
         if c["algo"].get("normalize_observations", False):
             # running mean/std of observations; the exported actor carries the actor slice's stats
             self.sb3_env = VecNormalize(self.sb3_env, norm_obs=True, norm_reward=False, clip_obs=1e6)
-        self.actor_obs_dim = OBS_DIM + 4 * self.venv.core.config.action_history
+        self.actor_obs_dim = self.venv.core.config.actor_obs_dim
         self.curriculum = make_curriculum(c.get("curriculum"))
         self.curriculum_log = CurriculumLog()
         self.history: list[dict] = []
@@ -226,7 +226,7 @@ class Trainer:
             return self.policy(), None
         if self.actor_obs_dim != OBS_DIM:
             raise ValueError(f"trim flies the {OBS_DIM}-float hover observation; "
-                             "set task.action_history=0 or trim.starts=0")
+                             "set task.action_history=0, task.position_integral=0 or trim.starts=0")
         return trim_policy(self.policy(), self.robot, int(t.get("iterations", 2)), int(t["starts"]),
                            int(t.get("seed", 0)))
 

@@ -158,6 +158,9 @@ class QuadrotorTaskConfig:
     ``action_history`` appends that many older actions (4 floats each, newest first, before the
     previous action's step) to the 22-float observation: motors lag, so an actor needs them to
     know what its motors are doing (as in Learning to Fly in Seconds).
+    ``position_integral`` > 0 appends the integral of the position error, ``sum(dt * (p - p_ref))`` over the
+    episode (3 floats, world frame, m s), each axis clipped to +-``position_integral``: integral action, so an
+    actor can learn to settle on the reference and not beside it. 0 (the default): not observed.
 
     ``previous_action`` says what the observation's previous action (floats 18:22, and the action history)
     holds, in [-1, 1] motor-command units:
@@ -186,6 +189,7 @@ class QuadrotorTaskConfig:
     figure_eight_randomization: FigureEightRandomization = field(default_factory=FigureEightRandomization)
     push: PushConfig = field(default_factory=PushConfig)
     action_history: int = 0
+    position_integral: float = 0.0
     previous_action: str = "auto"
     init: InitConfig = field(default_factory=InitConfig)
     termination: TerminationConfig = field(default_factory=TerminationConfig)
@@ -199,11 +203,18 @@ class QuadrotorTaskConfig:
         check_previous_action(self.previous_action)
         if self.action_history < 0:
             raise ValueError(f"action_history must be >= 0, got {self.action_history}")
+        if not self.position_integral >= 0:
+            raise ValueError(f"position_integral must be >= 0 (m s; 0: not observed), got {self.position_integral}")
         if self.figure_eight_period <= 0:
             raise ValueError(f"figure_eight_period must be positive, got {self.figure_eight_period}")
         self.hover_position = tuple(float(x) for x in self.hover_position)
         if len(self.hover_position) != 3:
             raise ValueError(f"hover_position must have 3 coordinates, got {self.hover_position}")
+
+    @property
+    def actor_obs_dim(self) -> int:
+        """The deployable observation's length: 22, the action history's 4 per action, the integral's 3."""
+        return 22 + 4 * self.action_history + (3 if self.position_integral > 0 else 0)
 
     @classmethod
     def from_dict(cls, d: dict) -> "QuadrotorTaskConfig":

@@ -114,6 +114,7 @@ class BatchedQuadrotorTask:
         # flight of a known policy may set the policy's own for its duration, see robo.evaluate.rollout)
         self.previous_action_mode = "clipped_hover" if config.previous_action == "auto" else config.previous_action
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
+        self.position_integral = torch.zeros(B, 3, **f)  # (B, 3) m s, sum of dt (p - p_ref) this episode, clipped
         self.levels = torch.full((B,), -1, **i)  # curriculum level of each env, -1: none
         # this episode's push (config.push): world-frame force (B, 3) N from step push_start (B,) (-1: none)
         self.push_force = torch.zeros(B, 3, **f)
@@ -123,8 +124,8 @@ class BatchedQuadrotorTask:
 
     @property
     def obs_dim(self) -> int:
-        """22 + 4 * action_history (+ 14 privileged features when ``privileged``)."""
-        return OBS_DIM + 4 * self.config.action_history + (PRIVILEGED_DIM if self.privileged else 0)
+        """22 + 4 * action_history (+ 3 with a position integral, + 14 privileged features when ``privileged``)."""
+        return self.config.actor_obs_dim + (PRIVILEGED_DIM if self.privileged else 0)
 
     @property
     def num_envs(self) -> int:
@@ -181,11 +182,14 @@ class BatchedQuadrotorTask:
         self.phase[idx] = torch.as_tensor(phase, **f)
 
     def observe(self) -> torch.Tensor:
-        """(B, obs_dim): the 22 deployable floats, the action history, then privileged features."""
+        """(B, obs_dim): the 22 deployable floats, the action history, the position integral, then privileged
+        features."""
         ref_p, ref_v = self.reference()
         obs = observe(self.sim.state, ref_p, ref_v, self.previous_action)
         if self.config.action_history:
             obs = torch.cat([obs, self.action_history.reshape(self.num_envs, -1)], -1)
+        if self.config.position_integral > 0:
+            obs = torch.cat([obs, self.position_integral], -1)
         if self.privileged:
             obs = torch.cat([obs, privileged_observation(self.sim.state, self.sim.params)], -1)
         return obs.float()
@@ -239,6 +243,7 @@ class BatchedQuadrotorTask:
         else:
             self.previous_action[idx] = (2 * hover_cmd - 1)[:, None].to(self.previous_action.dtype)
         self.action_history[idx] = self.previous_action[idx, None]
+        self.position_integral[idx] = 0.0
         self.steps[idx] = 0
         if cfg.push.probability > 0:
             self._draw_pushes(idx)
@@ -283,6 +288,10 @@ class BatchedQuadrotorTask:
         if self.config.action_history:
             self.action_history = torch.cat([self.previous_action[:, None], self.action_history[:, :-1]], 1)
         self.previous_action = raw.clone() if self.previous_action_mode == "raw_motor_state" else action
+        if self.config.position_integral > 0:
+            limit = self.config.position_integral
+            error = self.sim.state[:, POS] - self.reference()[0]
+            self.position_integral = (self.position_integral + self.dt * error).clamp(-limit, limit)
         truncated = (self.steps >= self.max_steps) & ~terminated
         return StepResult(self.observe(), reward.float(), terminated, truncated)
 

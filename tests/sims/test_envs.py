@@ -216,6 +216,28 @@ def test_action_history_extends_the_observation_newest_first():
     check_env(env, skip_render_check=True)
 
 
+def test_position_integral_sums_dt_times_the_position_error_clipped_and_restarts_each_episode():
+    env = QuadrotorEnv(make_task_config("hover", action_history=1, position_integral=0.02))
+    assert env.observation_space.shape == (29,)   # 22 + 4 (one older action) + 3
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs[26:29], 0.0)
+    hover, dt = preset("crazyflie").hover_action, env.core.dt
+    expected = np.zeros(3)
+    for _ in range(40):
+        obs, *_ = env.step(np.full(4, hover, np.float32))
+        expected = np.clip(expected + dt * obs[OBS_SLICES["position_error"]], -0.02, 0.02)
+        np.testing.assert_allclose(obs[26:29], expected, atol=1e-6)
+    assert np.abs(obs[26:29]).max() == pytest.approx(0.02)   # the start is several cm off: the clip is reached
+    obs, _ = env.reset(seed=1)
+    np.testing.assert_array_equal(obs[26:29], 0.0)
+    check_env(env, skip_render_check=True)
+
+
+def test_a_negative_position_integral_is_refused():
+    with pytest.raises(ValueError, match="position_integral"):
+        make_task_config("hover", position_integral=-1.0)
+
+
 def test_guidance_starts_that_fraction_of_episodes_at_the_reference_at_rest():
     cfg = make_task_config("hover", init={"position_radius": 0.5, "angle_deg": 30.0, "velocity": 1.0,
                                           "guidance": 0.25})
