@@ -60,23 +60,30 @@ def time_to_hover(curriculum: str, cfg, out: Path) -> dict:
             "final_error": final["final_median_position_error"], "trainer": trainer, "total_wall": wall}
 
 
-def robustness(policy, seed: int = 0, n: int = 256) -> dict[str, dict]:
-    """Hover from random starts on: nominal Crazyflie; mass and thrust each scaled by U(0.8, 1.2)
-    per env; and a push: a 0.1 s force at t = 1 s giving a velocity change of 1 m/s
+def test_task(cfg) -> dict:
+    """The hover test task (starts at rest within 0.5 m and 30 deg) with the run's observation: its action
+    history and position integral, not its train-time starts and terminations."""
+    return {"name": "hover", "action_history": int(cfg.task.action_history),
+            "position_integral": float(cfg.task.position_integral)}
+
+
+def robustness(policy, task: dict, seed: int = 0, n: int = 256) -> dict[str, dict]:
+    """Hover the ``task`` (``test_task``) from random starts on: nominal Crazyflie; mass and thrust each scaled
+    by U(0.8, 1.2) per env; and a push: a 0.1 s force at t = 1 s giving a velocity change of 1 m/s
     (an impulse of 0.0306 N s on the 30.6 g Crazyflie)."""
-    cf = preset("crazyflie")
+    cf, task_cfg = preset("crazyflie"), task
     rng = np.random.default_rng(seed)
     out = {}
-    task = make_batched_task("hover", "crazyflie", n)
+    task = make_batched_task(task_cfg, "crazyflie", n)
     task.seed(seed)
     out["nominal"] = flight_metrics(rollout(policy, task, 5.0))
     ms, ts = rng.uniform(0.8, 1.2, n), rng.uniform(0.8, 1.2, n)
     params = [cf.replace(mass=cf.mass * m, thrust_curve=np.asarray(cf.thrust_curve) * t) for m, t in zip(ms, ts)]
-    task = make_batched_task("hover", "crazyflie", n)
+    task = make_batched_task(task_cfg, "crazyflie", n)
     task.sim.set_params(ParamsBatch.from_params(params))
     task.seed(seed)
     out["mass+thrust +-20%"] = flight_metrics(rollout(policy, task, 5.0))
-    task = make_batched_task("hover", "crazyflie", n)
+    task = make_batched_task(task_cfg, "crazyflie", n)
     task.seed(seed)
     out["push 1 m/s at 1 s"] = flight_metrics(_pushed_rollout(policy, task, impulse=cf.mass * 1.0))
     return out
@@ -124,7 +131,7 @@ def main() -> None:
                              f"{wall / LEARNING_TO_FLY_SECONDS:.1f}x Learning to Fly's 18 s"))
         best = min((r for rs in results.values() for r in rs), key=lambda r: evaluation_key(r["trainer"].best))
         policy = load_policy(best["trainer"].ckpt_dir / BEST / "policy")
-        for name, m in robustness(policy).items():
+        for name, m in robustness(policy, test_task(configs[best["curriculum"]][0])).items():
             rows.append((f"robustness ({name}), curriculum={best['curriculum']} seed {best['seed']}",
                          f"median {m['final_median_position_error']:.3f} m, crashes {m['crashes']}/256, "
                          f"success(<10 cm) {m['success_rate']:.2f}"))

@@ -35,6 +35,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     device = flight_device(c.get("device", "auto"), policy, c["sim"])
     task = make_task({**c["task"], "previous_action": previous_action}, c["robot"], c["sim"], int(cfg.num_envs),
                      seed=int(cfg.seed), device=device)
+    check_observation(policy, task, c["policy"].get("path"))
     policy.save(run_dir / "checkpoints" / "policy")  # after the task is built: a bad robot leaves no folder
     log.info("flying %s on %d x %s, task %s, %.1f s, on %s, previous action %s", c["policy"]["kind"], cfg.num_envs,
              c["robot"]["preset"], c["task"]["name"], cfg.seconds, device, previous_action)
@@ -49,6 +50,22 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     for k, v in metrics.items():
         log.info("%-30s %s", k, v)
     return metrics
+
+
+def check_observation(policy, task, path: str | None) -> None:
+    """One line when ``policy`` reads another observation length than ``task`` builds (an actor trained with
+    ``task.action_history`` or ``task.position_integral``), naming the overrides of its training run
+    (``<run>/config.yaml`` above a ``<run>/checkpoints/*/policy`` folder) when it can read them."""
+    want = getattr(policy, "obs_dim", None)
+    if want is None or want == task.obs_dim:
+        return
+    hint = "fly it with the task.action_history and task.position_integral it was trained with"
+    run_config = Path(path).parents[2] / "config.yaml" if path and len(Path(path).parents) > 2 else None
+    if run_config is not None and run_config.is_file():
+        t = OmegaConf.load(run_config).get("task", {})
+        hint = (f"its training run used task.action_history={t.get('action_history', 0)} "
+                f"task.position_integral={t.get('position_integral', 0.0)}")
+    raise ValueError(f"the policy reads {want} observation floats, task {task.config.name} gives {task.obs_dim}: {hint}")
 
 
 def evaluate_imitation(c: dict, run_dir: Path) -> dict:

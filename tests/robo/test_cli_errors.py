@@ -102,3 +102,17 @@ def test_command_help_names_only_the_commands_groups(capsys):
     assert "algo " in out and "total_steps: 400000" in out
     assert "real_robot" not in out and "twin" not in out and "hydra:" not in out
     assert len(out.splitlines()) < 80
+
+
+def test_an_actor_trained_on_a_longer_observation_names_its_runs_settings(tmp_path, capsys):
+    from policies.mlp import MLPConfig, MLPPolicy
+
+    run = tmp_path / "train_run"
+    policy = MLPPolicy(MLPConfig(obs_dim=25)).save(run / "checkpoints" / "best" / "policy")
+    (run / "config.yaml").write_text("task:\n  name: hover\n  action_history: 0\n  position_integral: 0.5\n")
+    code, err = failing(capsys, "eval", "policy=checkpoint", f"policy.path={policy}", "video.enabled=false",
+                        f"hydra.run.dir={tmp_path / 'eval'}")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "the policy reads 25 observation floats, task hover gives 22" in err
+    assert "task.action_history=0 task.position_integral=0.5" in err
+    assert not (tmp_path / "eval").exists()
