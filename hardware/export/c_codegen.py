@@ -5,12 +5,13 @@ no heap and no mutable globals: the recurrent state lives in a ``<prefix>_state`
 the caller owns (one per vehicle). API::
 
     <prefix>_state state;
-    <prefix>_reset(&state);                  /* hidden state <- learned initial state */
+    <prefix>_reset(&state);                  /* hidden state <- learned initial state, integrals <- 0 */
     <prefix>_step(&state, obs, action);      /* obs (OBS_DIM,) -> action (ACTION_DIM,) */
 
 Numerics follow torch float32: ``(obs - mean) / std`` elementwise, ``W x + b`` with a float
 accumulator, ``tanhf``, ``1 / (1 + expf(-x))`` for sigmoid, torch's ``GRUCell`` gate equations
-and ``fminf/fmaxf`` clipping. The text depends only on the graph (deterministic output).
+and ``fminf/fmaxf`` clipping (also of a position integral: ``I + dt * x``, then the clip). The text
+depends only on the graph (deterministic output).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cgraph import CGraph, Dense, GRU, Normalize, out_dim
+from .cgraph import CGraph, Dense, GRU, Integrator, Normalize, out_dim
 
 PER_LINE = 8
 
@@ -126,8 +127,23 @@ static void gru(const float *w_ih, const float *w_hh, const float *b_ih, const f
     }
 }
 """,
+    "integrate": """\
+/* y (n + 3,) = [x (n,), integral (3,)]; then integral <- clip(integral + dt * x[0:3], -limit, limit), per axis
+   (the position integral of a policy that integrates its position error x[0:3], m s). y must not alias x. */
+static void integrate(float *integral, float limit, float dt, int n, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        y[i] = x[i];
+    }
+    for (i = 0; i < 3; ++i) {
+        y[n + i] = integral[i];
+        integral[i] = fminf(fmaxf(integral[i] + dt * x[i], -limit), limit);
+    }
 }
-HELPER_ORDER = ("dense", "relu", "tanh", "normalize", "clip", "gru")
+""",
+}
+HELPER_ORDER = ("dense", "relu", "tanh", "normalize", "clip", "gru", "integrate")
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,9 @@ def _describe(layer, in_dim: int) -> str:
         return f"Dense {in_dim} -> {layer.weight.shape[0]}, {layer.activation}"
     if isinstance(layer, GRU):
         return f"GRU {in_dim} -> {layer.hidden_dim} (torch GRUCell)"
+    if isinstance(layer, Integrator):
+        return (f"Integrator {in_dim} -> {in_dim + 3}: x, then the integral of x[0:3] "
+                f"(dt {layer.dt:g} s, clip {layer.limit:g})")
     return f"Clip [{layer.low:g}, {layer.high:g}]"
 
 
@@ -213,6 +232,12 @@ def _emit_layers(graph: CGraph) -> tuple[list[str], list[str], list[str], set[st
                         f"gru{i}_gi, gru{i}_gh);")
             if last:
                 body.append(f"    memcpy(action, {y}, sizeof(float) * {h});")
+        elif isinstance(layer, Integrator):
+            used.add("integrate")
+            fields.append(f"    float integral{i}[3]; /* position integral of layer {i}, m s */")
+            reset.append(f"    memset(state->integral{i}, 0, sizeof(state->integral{i}));")
+            body.append(f"    integrate(state->integral{i}, {c_float(layer.limit)}, {c_float(layer.dt)}, {d}, {x}, "
+                        f"{y});")
         else:
             used.add("clip")
             body.append(f"    clip({c_float(layer.low)}, {c_float(layer.high)}, {d}, {x}, {y});")
@@ -253,7 +278,7 @@ typedef struct {prefix}_state {{
 {chr(10).join(fields + ["    uint32_t steps; /* steps since reset */"])}
 }} {prefix}_state;
 
-/* Put the state at the start of an episode (recurrent state <- learned initial state). */
+/* Put the state at the start of an episode (recurrent state <- learned initial state, integrals <- 0). */
 void {prefix}_reset({prefix}_state *state);
 
 /* One control step: obs ({graph.obs_dim},) -> action ({graph.action_dim},) in [-1, 1]. No heap, no globals. */

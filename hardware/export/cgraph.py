@@ -1,9 +1,10 @@
 """The layer list that C code is generated from: MLP and GRU policies as plain float32 arrays.
 
-A ``CGraph`` is a chain ``obs -> layer -> ... -> action``. Layers: ``Normalize`` ((x - mean) / std,
+A ``CGraph`` is a chain ``obs -> layer -> ... -> action``. Layers: ``Integrator`` (appends the clipped
+integral of the position error x[0:3], a position-integral MLP's state), ``Normalize`` ((x - mean) / std,
 elementwise, as torch computes it), ``Dense`` (W x + b then an activation), ``GRU`` (torch's
-``GRUCell``; its hidden state lives in the caller's state struct) and ``Clip``. A policy family
-that C can export registers a builder with ``register_c_graph(kind, builder)``.
+``GRUCell``) and ``Clip``. The states of ``Integrator`` and ``GRU`` layers live in the caller's state struct.
+A policy family that C can export registers a builder with ``register_c_graph(kind, builder)``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
+
+from policies.mlp import INTEGRAL_DIM
 
 C_ACTIVATIONS = ("identity", "relu", "tanh")
 
@@ -57,7 +60,21 @@ class Clip:
     high: float
 
 
-Layer = Normalize | Dense | GRU | Clip
+@dataclass(frozen=True)
+class Integrator:
+    """``y = [x, I]`` (in + 3,), then ``I <- clip(I + dt * x[0:3], -limit, limit)``; ``I`` (3,) m s starts at 0.
+
+    ``policies.mlp``'s position integral: x[0:3] is the position error (m), ``limit`` m s, ``dt`` s."""
+
+    limit: float
+    dt: float
+
+    def __post_init__(self):
+        if not (self.limit > 0 and self.dt > 0):
+            raise ValueError(f"Integrator needs limit > 0 (m s) and dt > 0 (s), got limit={self.limit}, dt={self.dt}")
+
+
+Layer = Normalize | Dense | GRU | Clip | Integrator
 
 
 def out_dim(layer: Layer, in_dim: int) -> int:
@@ -65,6 +82,8 @@ def out_dim(layer: Layer, in_dim: int) -> int:
         return layer.weight.shape[0]
     if isinstance(layer, GRU):
         return layer.hidden_dim
+    if isinstance(layer, Integrator):
+        return in_dim + INTEGRAL_DIM
     return in_dim
 
 
@@ -83,6 +102,8 @@ class CGraph:
                       Normalize: lambda lr: lr.mean.shape[0]}.get(type(layer))
             if expect is not None and expect(layer) != d:
                 raise ValueError(f"layer {i} ({type(layer).__name__}) takes {expect(layer)} inputs, gets {d}")
+            if isinstance(layer, Integrator) and d < INTEGRAL_DIM:
+                raise ValueError(f"layer {i} (Integrator) integrates inputs 0:3, gets {d} inputs")
             if isinstance(layer, Dense) and layer.activation not in C_ACTIVATIONS:
                 raise ValueError(f"layer {i}: activation {layer.activation!r} has no C version; use {C_ACTIVATIONS}")
             d = out_dim(layer, d)
@@ -146,13 +167,16 @@ def _activation_name(module: nn.Module) -> str:
 
 
 def mlp_graph(policy) -> CGraph:
-    """``MLPPolicy``: Normalize (when not identity) -> Dense ... -> [tanh | clip].
+    """``MLPPolicy``: [Integrator (with a position integral)] -> Normalize (when not identity) -> Dense ...
+    -> [tanh | clip].
 
     The normalization stays a separate ``(x - mean) / std`` step, as torch computes it, rather than
     being multiplied into the first layer: folding divides weights by small stds and subtracts large
     ``W mean / std`` biases, which loses float32 digits (and parity) exactly for badly scaled inputs."""
-    m = policy.model
+    m, c = policy.model, policy.config
     layers: list[Layer] = []
+    if c.position_integral > 0:
+        layers.append(Integrator(float(c.position_integral), float(c.integral_dt)))
     mean, std = _array(m.obs_mean, "obs_mean"), _array(m.obs_std, "obs_std")
     if np.any(mean != 0) or np.any(std != 1):
         layers.append(Normalize(mean, std))

@@ -6,7 +6,8 @@ spec is by registering a builder for its ``kind``:
 
     register_module_spec("my_kind", lambda policy: ModuleSpec(...))
 
-Built in: ``mlp`` (``obs (B, obs_dim) -> action (B, action_dim)``) and ``foundation``
+Built in: ``mlp`` (``obs (B, obs_dim) -> action (B, action_dim)``; with a position integral
+``obs, integral (B, 3) -> action, integral_next (B, 3)``) and ``foundation``
 (``obs (B, obs_dim), h (B, H) -> action (B, action_dim), h_next (B, H)``, the GRU hidden state an
 explicit input and output).
 
@@ -23,6 +24,8 @@ from typing import Callable, Iterator
 
 import torch
 from torch import nn
+
+from policies.mlp import INTEGRAL_DIM, MLPIntegralStep
 
 
 @dataclass
@@ -124,11 +127,22 @@ def _example_obs(policy, batch_size: int = 2) -> torch.Tensor:
 
 
 def mlp_spec(policy) -> ModuleSpec:
-    """``MLPPolicy``: obs (B, obs_dim) -> action (B, action_dim); normalization is inside the module."""
+    """``MLPPolicy``: obs (B, obs_dim) -> action (B, action_dim); normalization is inside the module.
+
+    With a position integral (``config.position_integral`` > 0): obs (B, obs_dim), integral (B, 3) m s ->
+    action (B, action_dim), integral_next (B, 3) m s, the integral an explicit input and output as a GRU's hidden
+    state (``policies.mlp.MLPIntegralStep``). Start with ``integral = 0`` and feed ``integral_next`` back at the
+    next step; the clip (m s) and the period (s) are metadata ``position_integral`` and ``integral_dt``."""
     model = policy.model.eval()
-    return ModuleSpec(model, {"obs": _example_obs(policy)}, ["action"],
-                      metadata={"policy_kind": policy.kind, "obs_dim": str(policy.obs_dim),
-                                "action_dim": str(policy.action_dim)})
+    metadata = {"policy_kind": policy.kind, "obs_dim": str(policy.obs_dim), "action_dim": str(policy.action_dim)}
+    if not policy.config.position_integral > 0:
+        return ModuleSpec(model, {"obs": _example_obs(policy)}, ["action"], metadata=metadata)
+    c, zero = policy.config, torch.zeros(INTEGRAL_DIM)
+    inputs = {"obs": _example_obs(policy), "integral": zero.expand(2, -1).clone()}
+    return ModuleSpec(MLPIntegralStep(model).eval(), inputs, ["action", "integral_next"],
+                      recurrent={"integral_next": "integral"}, initial_state={"integral": zero},
+                      metadata={**metadata, "position_integral": f"{c.position_integral:.9g}",
+                                "integral_dt": f"{c.integral_dt:.9g}"})
 
 
 def foundation_spec(policy) -> ModuleSpec:

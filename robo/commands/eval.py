@@ -54,17 +54,23 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 def check_observation(policy, task, path: str | None) -> None:
     """One line when ``policy`` reads another observation length than ``task`` builds (an actor trained with
-    ``task.action_history`` or ``task.position_integral``), naming the overrides of its training run
-    (``<run>/config.yaml`` above a ``<run>/checkpoints/*/policy`` folder) when it can read them."""
+    ``task.action_history``, or an old one that read ``task.position_integral``), naming the overrides of its
+    training run (``<run>/config.yaml`` above a ``<run>/checkpoints/*/policy`` folder) when it can read them. An
+    actor that keeps its own position integral (``MLPConfig.position_integral``) flies tasks without one."""
     want = getattr(policy, "obs_dim", None)
     if want is None or want == task.obs_dim:
         return
+    integrates = getattr(getattr(policy, "config", None), "position_integral", 0.0) > 0
+    if integrates and task.config.position_integral > 0:
+        raise ValueError(f"the policy reads {want} observation floats and integrates its position error itself, "
+                         f"task {task.config.name} gives {task.obs_dim}: fly it with task.position_integral=0")
     hint = "fly it with the task.action_history and task.position_integral it was trained with"
     run_config = Path(path).parents[2] / "config.yaml" if path and len(Path(path).parents) > 2 else None
     if run_config is not None and run_config.is_file():
         t = OmegaConf.load(run_config).get("task", {})
         hint = (f"its training run used task.action_history={t.get('action_history', 0)} "
-                f"task.position_integral={t.get('position_integral', 0.0)}")
+                + ("(and integrates its position error itself: keep task.position_integral=0)" if integrates else
+                   f"task.position_integral={t.get('position_integral', 0.0)}"))
     raise ValueError(f"the policy reads {want} observation floats, task {task.config.name} gives {task.obs_dim}: {hint}")
 
 

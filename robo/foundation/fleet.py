@@ -35,6 +35,9 @@ class TeacherEnsemble:
     def __init__(self, teachers: list[MLPPolicy]):
         if not teachers:
             raise ValueError("no teachers to distil; train at least one (manifest has none done)")
+        if any(getattr(t.config, "position_integral", 0.0) > 0 for t in teachers):
+            raise ValueError("teachers that integrate their position error keep a state the ensemble does not carry; "
+                             "distil teachers trained with task.position_integral=0")
         self.models = [t.model for t in teachers]
         self.obs_dim = teachers[0].obs_dim
         if any(t.obs_dim != self.obs_dim for t in teachers):

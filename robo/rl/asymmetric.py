@@ -14,7 +14,7 @@ from stable_baselines3.sac.policies import SACPolicy
 from stable_baselines3.td3.policies import TD3Policy
 from torch import nn
 
-from policies.mlp import MLPActor, MLPConfig, MLPPolicy
+from policies.mlp import INTEGRAL_DIM, MLPActor, MLPConfig, MLPPolicy
 
 
 class ActorObservation(BaseFeaturesExtractor):
@@ -92,13 +92,19 @@ def _linears(module: nn.Module) -> list[nn.Linear]:
     return [m for m in module.modules() if isinstance(m, nn.Linear)]
 
 
-def export_actor(model, actor_obs_dim: int = 22, target: bool = False, actor: nn.Module | None = None) -> MLPPolicy:
+def export_actor(model, actor_obs_dim: int = 22, target: bool = False, actor: nn.Module | None = None,
+                 position_integral: float = 0.0, integral_dt: float = 0.01) -> MLPPolicy:
     """The deterministic actor of a trained SB3 TD3/SAC/PPO model as a robo ``MLPPolicy``.
 
     TD3's ``mu`` and SAC's deterministic action end in tanh; PPO's action mean is clipped
     to [-1, 1], as ``model.predict(deterministic=True)`` does. ``target=True`` exports TD3's
     target actor instead: a Polyak average of the actor (rate ``tau``), steadier between updates.
     ``actor`` (TD3/SAC): export this module (a copy of ``model.actor``, e.g. an ``ActorAverage``'s) instead.
+
+    ``actor_obs_dim`` is what the SB3 actor reads. An actor trained with ``task.position_integral`` = L > 0 (m s)
+    reads the task's integral last (3 floats); pass ``position_integral=L`` and ``integral_dt`` = the task's dt (s):
+    the policy then integrates its own position error and reads ``actor_obs_dim - 3`` floats (robo's 22 without
+    an action history), as the real robot, the twin and the C export give it.
     """
     p = model.policy
     if target and not isinstance(p, TD3Policy):
@@ -117,9 +123,10 @@ def export_actor(model, actor_obs_dim: int = 22, target: bool = False, actor: nn
     act = type(p.activation_fn()).__name__.lower() if hasattr(p, "activation_fn") else "relu"
     if layers[0].in_features != actor_obs_dim:
         raise ValueError(f"the actor reads {layers[0].in_features} inputs, expected actor_obs_dim={actor_obs_dim}")
-    config = MLPConfig(obs_dim=actor_obs_dim, action_dim=layers[-1].out_features,
-                       hidden_dims=[layer.out_features for layer in layers[:-1]], activation=act,
-                       squash="clip" if isinstance(p, ActorCriticPolicy) else "tanh")
+    config = MLPConfig(obs_dim=actor_obs_dim - (INTEGRAL_DIM if position_integral > 0 else 0),
+                       action_dim=layers[-1].out_features, hidden_dims=[layer.out_features for layer in layers[:-1]],
+                       activation=act, squash="clip" if isinstance(p, ActorCriticPolicy) else "tanh",
+                       position_integral=float(position_integral), integral_dt=float(integral_dt))
     with torch.random.fork_rng(devices=[]):  # the layers' throwaway init must not move the RNG SB3 trains with
         actor = MLPActor(config)
     for dst, src in zip(_linears(actor.net), layers):

@@ -44,7 +44,8 @@ from robo.rl.sb3_vec_env import SB3VecEnvAdapter
 from robo.rl.trim import trim_policy
 from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint
 from sims.envs import OBS_DIM, QuadrotorVectorEnv, make_batched_task
-from sims.envs.quadrotor_env import make_robot
+from sims.envs.config import QuadrotorTaskConfig
+from sims.envs.quadrotor_env import make_robot, make_task_config
 from sims.quadrotor.randomization import RandomizationConfig
 
 log = logging.getLogger(__name__)
@@ -192,13 +193,19 @@ class Trainer:
         return model
 
     # Evaluation ----------------------------------------------------------------
+    def flown_task_config(self) -> QuadrotorTaskConfig:
+        """The training task as the deployed actor flies it: without the observed position integral
+        (``task.position_integral``), which the exported policy keeps itself (``policies.mlp``)."""
+        return make_task_config(self.c["task"], position_integral=0.0)
+
     def evaluation_task(self, device: str | torch.device = "cpu"):
         """The seeded evaluation task of ``c["eval"]`` on ``device``: ``num_envs`` random starts at rest within
         ``position_radius`` m and ``angle_deg``, whatever distribution training starts from (the same starts on
-        every device: the task draws them on the host)."""
+        every device: the task draws them on the host), observed as the deployed actor reads it
+        (``flown_task_config``)."""
         e = self.c["eval"]
-        task = make_batched_task(self.c["task"], self.c["robot"], int(e["num_envs"]), step_backend=self.step_backend,
-                                 device=device)
+        task = make_batched_task(self.flown_task_config(), self.c["robot"], int(e["num_envs"]),
+                                 step_backend=self.step_backend, device=device)
         init = task.config.init
         init.position_radius, init.angle_deg = float(e["position_radius"]), float(e["angle_deg"])
         init.velocity = init.angular_velocity = init.guidance = 0.0
@@ -224,9 +231,9 @@ class Trainer:
         t = self.c.get("trim") or {}
         if int(t.get("starts", 0)) <= 0:
             return self.policy(), None
-        if self.actor_obs_dim != OBS_DIM:
-            raise ValueError(f"trim flies the {OBS_DIM}-float hover observation; "
-                             "set task.action_history=0, task.position_integral=0 or trim.starts=0")
+        if self.flown_task_config().actor_obs_dim != OBS_DIM:
+            raise ValueError(f"trim flies the {OBS_DIM}-float hover observation; set task.action_history=0 or "
+                             "trim.starts=0")
         return trim_policy(self.policy(), self.robot, int(t.get("iterations", 2)), int(t["starts"]),
                            int(t.get("seed", 0)))
 
@@ -358,10 +365,13 @@ class Trainer:
         return lambda m: m["final_median_position_error"] < target and m["crashes"] <= max_crashes
 
     def policy(self, averaged: bool = True):
-        """The deployable actor (reads the first ``actor_obs_dim`` raw observation floats): the
-        weight average of ``algo.average_actor_steps`` when set and ``averaged``, else the current one."""
+        """The deployable actor (reads the first ``actor_obs_dim`` raw observation floats, less the position
+        integral's 3, which it keeps itself): the weight average of ``algo.average_actor_steps`` when set and
+        ``averaged``, else the current one."""
         actor = self.actor_average.actor if averaged and self.actor_average is not None else None
-        policy = export_actor(self.model, self.actor_obs_dim, actor=actor)
+        task = self.venv.core  # a position-integral actor integrates its own error at the task's control rate
+        policy = export_actor(self.model, self.actor_obs_dim, actor=actor,
+                              position_integral=task.config.position_integral, integral_dt=task.dt)
         if isinstance(self.sb3_env, VecNormalize):
             rms, n = self.sb3_env.obs_rms, self.actor_obs_dim
             policy.model.obs_mean.copy_(torch.as_tensor(rms.mean[:n], dtype=torch.float32))

@@ -55,7 +55,9 @@ def hover_offset(policy: Policy, quad: QuadrotorParams, starts: int = 16, second
 
 def shifted(policy: Policy, offset: np.ndarray) -> Policy:
     """A copy of ``policy`` that reads its position error as ``p - p_ref + offset`` (offset (3,) m), the
-    shift folded into its input: an ``MLPPolicy``'s normalization mean, a ``FoundationPolicy``'s input bias."""
+    shift folded into its input: an ``MLPPolicy``'s normalization mean (its first 3 inputs, the position error,
+    also with a position integral, which keeps summing the unshifted error), a ``FoundationPolicy``'s input
+    bias."""
     out = copy.deepcopy(policy)
     model = getattr(out, "model", None)
     with torch.no_grad():

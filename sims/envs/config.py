@@ -158,9 +158,12 @@ class QuadrotorTaskConfig:
     ``action_history`` appends that many older actions (4 floats each, newest first, before the
     previous action's step) to the 22-float observation: motors lag, so an actor needs them to
     know what its motors are doing (as in Learning to Fly in Seconds).
-    ``position_integral`` > 0 appends the integral of the position error, ``sum(dt * (p - p_ref))`` over the
-    episode (3 floats, world frame, m s), each axis clipped to +-``position_integral``: integral action, so an
-    actor can learn to settle on the reference and not beside it. 0 (the default): not observed.
+    ``position_integral`` > 0 appends the integral of the position error (3 floats, world frame, m s): at step t
+    ``I_t = clip(I_{t-1} + dt * e_{t-1}, +-position_integral)`` per axis, ``I_0 = 0`` at reset, ``e_{t-1}`` the
+    position error ``p - p_ref`` of the observation the step's action was chosen on (obs[0:3] of obs_{t-1}). Integral
+    action, so an actor can learn to settle on the reference and not beside it; as ``I_t`` depends only on earlier
+    observations, the deployed actor integrates it itself (``policies.mlp.MLPConfig.position_integral``) and reads
+    the 22 floats. 0 (the default): not observed.
 
     ``previous_action`` says what the observation's previous action (floats 18:22, and the action history)
     holds, in [-1, 1] motor-command units:

@@ -114,7 +114,7 @@ class BatchedQuadrotorTask:
         # flight of a known policy may set the policy's own for its duration, see robo.evaluate.rollout)
         self.previous_action_mode = "clipped_hover" if config.previous_action == "auto" else config.previous_action
         self.action_history = torch.zeros(B, config.action_history, 4, **f)  # older actions, newest first
-        self.position_integral = torch.zeros(B, 3, **f)  # (B, 3) m s, sum of dt (p - p_ref) this episode, clipped
+        self.position_integral = torch.zeros(B, 3, **f)  # (B, 3) m s, sum of dt (p - p_ref) of past steps, clipped
         self.levels = torch.full((B,), -1, **i)  # curriculum level of each env, -1: none
         # this episode's push (config.push): world-frame force (B, 3) N from step push_start (B,) (-1: none)
         self.push_force = torch.zeros(B, 3, **f)
@@ -278,6 +278,8 @@ class BatchedQuadrotorTask:
         raw = torch.as_tensor(action, dtype=self.sim.state.dtype, device=self.device)
         check_action(raw, self.num_envs)
         action = raw.clamp(-1.0, 1.0)
+        if self.config.position_integral > 0:  # the error of the observation this action was chosen on
+            self._integrate_position_error()
         if self.config.push.probability > 0:
             since = self.steps - self.push_start
             on = (self.push_start >= 0) & (since >= 0) & (since < self.push_steps)
@@ -288,12 +290,16 @@ class BatchedQuadrotorTask:
         if self.config.action_history:
             self.action_history = torch.cat([self.previous_action[:, None], self.action_history[:, :-1]], 1)
         self.previous_action = raw.clone() if self.previous_action_mode == "raw_motor_state" else action
-        if self.config.position_integral > 0:
-            limit = self.config.position_integral
-            error = self.sim.state[:, POS] - self.reference()[0]
-            self.position_integral = (self.position_integral + self.dt * error).clamp(-limit, limit)
         truncated = (self.steps >= self.max_steps) & ~terminated
         return StepResult(self.observe(), reward.float(), terminated, truncated)
+
+    def _integrate_position_error(self) -> None:
+        """``I <- clip(I + dt (p - p_ref), +-position_integral)`` (B, 3) m s, with the position error of now (before
+        the step): the next observation's integral sums the errors of every observation before it, as a policy that
+        integrates its own observations does (``policies.mlp``'s position integral)."""
+        limit = self.config.position_integral
+        error = self.sim.state[:, POS] - self.reference()[0]
+        self.position_integral = (self.position_integral + self.dt * error).clamp(-limit, limit)
 
     def _reward_and_termination(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cfg, s = self.config, self.sim.state

@@ -13,14 +13,28 @@ from sims.vehicles import MavlinkVehicle
 
 
 def make_mlp(seed: int = 0, **config) -> MLPPolicy:
-    """An MLP actor with random weights and a far-from-identity observation normalization."""
+    """An MLP actor with random weights and a far-from-identity normalization of the network's inputs (the
+    observation, and the position integral with ``position_integral`` > 0)."""
     g = torch.Generator().manual_seed(seed)
     policy = MLPPolicy(MLPConfig(**config))
+    n = policy.config.input_dim
     with torch.no_grad():
         for p in policy.model.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-        policy.model.obs_mean.copy_(torch.randn(policy.obs_dim, generator=g) * 2.0)
-        policy.model.obs_std.copy_(torch.rand(policy.obs_dim, generator=g) * 3.0 + 0.05)
+        policy.model.obs_mean.copy_(torch.randn(n, generator=g) * 2.0)
+        policy.model.obs_std.copy_(torch.rand(n, generator=g) * 3.0 + 0.05)
+    return policy
+
+
+def make_integrating_mlp(seed: int = 0, limit: float = 0.05, dt: float = 0.02) -> MLPPolicy:
+    """A random MLP actor that integrates its position error (clip ``limit`` m s, period ``dt`` s), normalized as
+    a trained one is: position error (m) and integral (m s) around 0 at their scales, so both move its actions."""
+    policy = make_mlp(seed, position_integral=limit, integral_dt=dt)
+    with torch.no_grad():
+        policy.model.obs_mean[0:3] = 0.0
+        policy.model.obs_std[0:3] = 0.1
+        policy.model.obs_mean[-3:] = 0.0
+        policy.model.obs_std[-3:] = limit
     return policy
 
 
@@ -49,6 +63,12 @@ def gru_factory():
 @pytest.fixture
 def mlp_policy():
     return make_mlp()
+
+
+@pytest.fixture
+def integrating_mlp():
+    """A random MLP actor with a position integral (clip 0.05 m s, dt 0.02 s): 22 observation floats."""
+    return make_integrating_mlp()
 
 
 @pytest.fixture

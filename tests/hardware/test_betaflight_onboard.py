@@ -21,8 +21,8 @@ from hardware.drivers.betaflight import BetaflightRobot
 from hardware.drivers.betaflight_setup import (SetupConfig, calibrate_accelerometer, disable_runaway_takeoff,
                                                provision, wait_ready)
 from hardware.export import export_c
-from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings, build_onboard_sitl, onboard_log,
-                                              patched_sitl)
+from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings, _policy_sources, build_onboard_sitl,
+                                              onboard_log, patched_sitl)
 from policies.foundation import load_raptor
 from sims.quadrotor import preset
 from tests.hardware.polling import start_firmware
@@ -128,6 +128,16 @@ def test_a_policy_that_does_not_fit_is_refused(tmp_path):
         build_onboard_sitl(tmp_path, SETTINGS)
     with pytest.raises(OnboardBuildError, match="export the policy first"):
         build_onboard_sitl(tmp_path / "nothing", SETTINGS)
+
+
+def test_a_position_integral_actor_fits_the_onboard_build(tmp_path):
+    """An RL actor trained with task.position_integral integrates its error itself: its C reads robo's 22 floats
+    (the build's check passes; the firmware is not built here)."""
+    from policies.mlp import MLPConfig, MLPPolicy
+
+    export_c(MLPPolicy(MLPConfig(position_integral=0.5, integral_dt=0.01)), tmp_path)
+    files = _policy_sources(tmp_path)
+    assert "#define ROBO_POLICY_OBS_DIM 22" in files["robo_policy.h"] and "integral0[3]" in files["robo_policy.h"]
 
 
 def test_the_onboard_build_compiles_raptors_export_and_is_cached(raptor_binary):

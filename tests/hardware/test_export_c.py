@@ -127,3 +127,32 @@ def test_timing_and_size_helpers(raptor):
     assert 0 < seconds < 1e-3  # a 2,084-parameter GRU step takes microseconds
     size = object_size(sources)
     assert size["text"] + size["data"] >= 2084 * 4 and size["bss"] == 0  # weights in flash, no RAM globals
+
+
+def torch_integrals(policy, obs: np.ndarray) -> np.ndarray:
+    """The policy's position integral (T, 3) m s after each step of ``obs`` (T, obs_dim) from a reset."""
+    policy.reset()
+    out = []
+    for o in obs:
+        policy.act(o[None])
+        out.append(policy.integral[0].numpy().copy())
+    return np.stack(out)
+
+
+@needs_gcc
+def test_a_position_integral_mlp_carries_its_integral_in_the_state_struct_and_matches_torch(tmp_path,
+                                                                                          integrating_mlp):
+    policy = integrating_mlp
+    sources = export_c(policy, tmp_path)
+    assert "#define ROBO_POLICY_OBS_DIM 22" in sources.header and "float integral0[3];" in sources.header
+    assert "memset(state->integral0, 0, sizeof(state->integral0));" in sources.source  # zeroed by reset
+    mean, std = policy.model.obs_mean.numpy()[:22], policy.model.obs_std.numpy()[:22]
+    obs = mean + std * observation_sequence(500, policy.obs_dim, seed=1)
+    report = verify_c(policy, sources, atol=1e-5, observations=obs)
+    assert report.passed and report.max_abs_diff < 1e-5, report.as_dict()
+    integrals = torch_integrals(policy, obs)
+    assert np.isclose(np.abs(integrals), 0.05).any() and (np.abs(integrals) < 0.049).mean() > 0.3  # clips, not always
+    # the integral is carried: a reset at step 250 does not reproduce torch's second half
+    full, restarted = c_rollout(sources, obs), c_rollout(sources, obs[250:])
+    assert np.abs(full[250:] - restarted).max() > 1e-3
+    assert (np.abs(full) < 0.999).mean() > 0.5

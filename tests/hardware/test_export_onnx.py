@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from hardware.export import (ModuleSpec, check_onnx_parity, denoiser_spec, export_module_onnx, export_onnx,
-                             export_spec_onnx, module_spec, onnx_runner, verify_onnx)
+                             export_spec_onnx, module_spec, observation_sequence, onnx_runner, verify_onnx)
 from hardware.export.parity import random_inputs
 
 
@@ -55,6 +55,38 @@ def test_gru_rollout_matches_the_policy_act_loop(tmp_path, gru_policy):
         obs = rng.normal(size=(3, gru_policy.obs_dim)).astype(np.float32)
         action, h = run({"obs": obs, "h": h})
         np.testing.assert_allclose(action, gru_policy.act(obs), atol=1e-5, rtol=0)
+
+
+def test_a_position_integral_is_an_explicit_input_and_output(tmp_path, integrating_mlp):
+    policy = integrating_mlp
+    path = export_onnx(policy, tmp_path / "pi.onnx")
+    model = onnx.load(str(path))
+    assert [i.name for i in model.graph.input] == ["obs", "integral"]
+    assert [o.name for o in model.graph.output] == ["action", "integral_next"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_value == 22
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert (meta["obs_dim"], float(meta["position_integral"]), float(meta["integral_dt"])) == ("22", 0.05, 0.02)
+
+    report = verify_onnx(module_spec(policy), path, atol=1e-5, batch_size=4, steps=100)
+    assert report.passed and report.max_abs_diff < 1e-5, report.as_dict()
+    assert "rollout, 100 steps, batch 4" in report.checks
+
+
+def test_a_position_integral_rollout_matches_the_policy_act_loop(tmp_path, integrating_mlp):
+    """Feeding integral_next back, from zeros, reproduces MLPPolicy.act (which keeps the integral) over 200 steps,
+    through the clip."""
+    policy = integrating_mlp
+    run = onnx_runner(export_onnx(policy, tmp_path / "pi.onnx"))
+    mean, std = policy.model.obs_mean.numpy()[:22], policy.model.obs_std.numpy()[:22]
+    sequence = mean + std * observation_sequence(200, policy.obs_dim, seed=2, batch_size=3)
+    integral, clipped = np.zeros((3, 3), np.float32), 0
+    policy.reset()
+    for obs in sequence.astype(np.float32):
+        action, integral = run({"obs": obs, "integral": integral})
+        np.testing.assert_allclose(action, policy.act(obs), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(integral, policy.integral.numpy(), atol=1e-7, rtol=0)
+        clipped += int(np.isclose(np.abs(integral), 0.05).sum())
+    assert clipped > 0  # the clip was reached
 
 
 def test_raptor_policy_matches_torch(tmp_path, raptor):

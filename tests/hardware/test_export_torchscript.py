@@ -27,6 +27,20 @@ def test_gru_rollout_matches_torch(tmp_path, which, gru_policy, raptor):
     torch.testing.assert_close(loaded.initial_hidden, policy.model.initial_hidden)
 
 
+def test_a_position_integral_rollout_matches_torch(tmp_path, integrating_mlp):
+    path = export_torchscript(integrating_mlp, tmp_path / "pi.pt")
+    report = verify_torchscript(module_spec(integrating_mlp), path, batch_size=4, steps=100)
+    assert report.passed and set(report.per_output) == {"action", "integral_next"}, report.as_dict()
+    assert "rollout, 100 steps, batch 4" in report.checks
+    loaded = torch.jit.load(str(path))
+    obs, integral = torch.randn(5, 22), torch.full((5, 3), 0.049)
+    action, integral_next = loaded(obs, integral)
+    integrating_mlp.act(torch.zeros(5, 22))  # a state of 5 envs (zero error: it stays 0), set below
+    integrating_mlp.integral.fill_(0.049)
+    torch.testing.assert_close(action, integrating_mlp.act(obs), atol=1e-5, rtol=0)
+    torch.testing.assert_close(integral_next, integrating_mlp.integral, atol=0, rtol=0)
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="TorchScript file not found"):
         torchscript_runner(tmp_path / "nope.pt", ["obs"])

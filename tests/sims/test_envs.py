@@ -223,9 +223,9 @@ def test_position_integral_sums_dt_times_the_position_error_clipped_and_restarts
     np.testing.assert_array_equal(obs[26:29], 0.0)
     hover, dt = preset("crazyflie").hover_action, env.core.dt
     expected = np.zeros(3)
-    for _ in range(40):
-        obs, *_ = env.step(np.full(4, hover, np.float32))
+    for _ in range(40):  # I_t = clip(I_{t-1} + dt e_{t-1}): the error of the observation the action was chosen on
         expected = np.clip(expected + dt * obs[OBS_SLICES["position_error"]], -0.02, 0.02)
+        obs, *_ = env.step(np.full(4, hover, np.float32))
         np.testing.assert_allclose(obs[26:29], expected, atol=1e-6)
     assert np.abs(obs[26:29]).max() == pytest.approx(0.02)   # the start is several cm off: the clip is reached
     obs, _ = env.reset(seed=1)
