@@ -8,7 +8,7 @@ trainer's steps/s at batch 256 (``robo.imitation.ImitationTrainer``, synthetic b
 state (5,) and image (3, 96, 96) + state (2,), the push-T presets' policies) for the diffusion U-Net and the
 energy policy; SAC hover (``robo train +experiment=hover_quick`` with ``--sac-algo``, default ``sac_fast``: the
 networks, the replay and the batched sim on the device, stepped by the compiled backend on CUDA; the main job's
-trimmed actor is what is evaluated)
+untrimmed actor, observing its position integral, is what is evaluated)
 env-steps/s and the wall time until an evaluation's median error is below 5 cm; and the latency of one
 chunk at batch 1 (DDIM with 10 steps; the energy policy's descent). ``--budget-s`` bounds the whole run (default
 480 s: 8 minutes); each part gets its share and reports what it reached in it.
@@ -241,7 +241,7 @@ def time_limit(seconds: float):
 
 def bench_sac(device: torch.device, budget: float, target: float = 0.05, algo: str = "sac_fast") -> list[tuple]:
     """SAC hover from scratch (``+experiment=hover_quick algo=<algo>``, stopping at ``target`` m median error of the
-    evaluated, trimmed actor, as the main job deploys it)."""
+    evaluated actor, as the main job deploys it)."""
     from robo.rl.trainer import Trainer
     from robo.run_dir import compose
 
