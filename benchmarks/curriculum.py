@@ -54,12 +54,11 @@ COLUMNS = ["setting", "curriculum", "seed", "best_step", "median_error_m", "cras
 def held_out(cfg, policy, n: int = 256) -> dict:
     """Hover ``policy`` on ``n`` held-out quadrotors of the run's randomization, one random start each (the test
     task: 0.5 m, 30 deg, at rest); the median final error and crashes over all and over the heavy quarter."""
-    quads = sample_param_list(RandomizationConfig.from_dict(OmegaConf.to_container(cfg.curriculum.randomization, resolve=True)), n, HELD_OUT_SEED)
+    randomization = RandomizationConfig.from_dict(OmegaConf.to_container(cfg.curriculum.randomization, resolve=True))
+    quads = sample_param_list(randomization, n, HELD_OUT_SEED)
     r = rollout(policy, make_fleet_task("hover", quads, 1, 0), 5.0)
     m = flight_metrics(r, success_radius=0.05)
-    weight = np.array([q.mass * 9.81 for q in quads])
-    t2w = np.array([np.sum(q.thrust_curve) for q in quads]) / weight
-    heavy = np.argsort(t2w)[: n // 4]
+    heavy = np.argsort([q.thrust_to_weight for q in quads])[: n // 4]
     final = np.where(r.crashed_at < 0, r.position_error[-1], np.inf)[heavy]
     return {"median_error_m": m["final_median_position_error"], "crashes": m["crashes"], "success": m["success_rate"],
             "heavy_median_m": float(np.median(final)), "heavy_crashes": int((r.crashed_at[heavy] >= 0).sum())}

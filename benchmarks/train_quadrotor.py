@@ -66,11 +66,11 @@ def test_task(cfg) -> dict:
     return {"name": "hover", "action_history": int(cfg.task.action_history)}
 
 
-def robustness(policy, task: dict, seed: int = 0, n: int = 256) -> dict[str, dict]:
-    """Hover the ``task`` (``test_task``) from random starts on: nominal Crazyflie; mass and thrust each scaled
+def robustness(policy, task_cfg: dict, seed: int = 0, n: int = 256) -> dict[str, dict]:
+    """Hover the ``task_cfg`` (``test_task``) from random starts on: nominal Crazyflie; mass and thrust each scaled
     by U(0.8, 1.2) per env; and a push: a 0.1 s force at t = 1 s giving a velocity change of 1 m/s
     (an impulse of 0.0306 N s on the 30.6 g Crazyflie)."""
-    cf, task_cfg = preset("crazyflie"), task
+    cf = preset("crazyflie")
     rng = np.random.default_rng(seed)
     out = {}
     task = make_batched_task(task_cfg, "crazyflie", n)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from .observation import OBS_DIM
+
 TASKS = ("hover", "waypoint", "figure_eight")
 # What the observation's previous action (floats 18:22) holds; see QuadrotorTaskConfig.
 PREVIOUS_ACTIONS = ("auto", "clipped_hover", "raw_motor_state")
@@ -217,7 +219,7 @@ class QuadrotorTaskConfig:
     @property
     def actor_obs_dim(self) -> int:
         """The deployable observation's length: 22, the action history's 4 per action, the integral's 3."""
-        return 22 + 4 * self.action_history + (3 if self.position_integral > 0 else 0)
+        return OBS_DIM + 4 * self.action_history + (3 if self.position_integral > 0 else 0)
 
     @classmethod
     def from_dict(cls, d: dict) -> "QuadrotorTaskConfig":
