@@ -115,6 +115,8 @@ def open_link(address: str, timeout: float):
     return _SerialLink(address, 115200)
 
 
+ARM_SWITCH_CHECK_S = 0.5  # arm(): s without the ARM flag before it looks for a latched ARM_SWITCH
+ARM_SWITCH_OFF_S = 0.2  # arm(): s the switch stays off to clear it (a few RC frames)
 DISARM_CONFIRM_S = 1.0  # close(): s to wait for the flight controller to report the disarm
 
 
@@ -346,14 +348,32 @@ class BetaflightRobot:
         self._send(msp.MSP_SET_RAW_RC, msp.pack_channels(self._rc))  # or with the poller's next message
 
     def arm(self, timeout: float = 2.0) -> None:
+        """ARM switch on (throttle low); wait for the ARM flag. A switch the firmware saw on while something
+        else kept it from arming latches ``ARM_SWITCH`` until it sees the switch off: if that is all that
+        holds it back after ``ARM_SWITCH_CHECK_S``, the switch goes off for ``ARM_SWITCH_OFF_S`` and on again,
+        as a pilot would flip it. ``RobotError`` naming the arming-disable flags if not armed in ``timeout`` s."""
         self._check_link()
+        deadline = time.monotonic() + timeout
         self._arm_request = True
         self._set_rc(0.0, 0.0, 0.0, 0.0)
-        if not wait_until(lambda: self._flags & 1, timeout):
-            flags = self._arming_disable_report()
-            self.disarm()
-            raise RobotError(f"Betaflight did not arm within {timeout} s: {flags}; see the CLI 'status' "
-                             "(betaflight_setup.provision configures a fresh flight controller)")
+        while not wait_until(lambda: self._flags & 1, min(ARM_SWITCH_CHECK_S, max(deadline - time.monotonic(), 0))):
+            if time.monotonic() >= deadline:
+                flags = self._arming_disable_report()
+                self.disarm()
+                raise RobotError(f"Betaflight did not arm within {timeout} s: {flags}; see the CLI 'status' "
+                                 "(betaflight_setup.provision configures a fresh flight controller)")
+            names = self._arming_disable_names() or []
+            if "ARM_SWITCH" in names and set(names) <= {"ARM_SWITCH", "NOT_DISARMED"}:  # the latch alone
+                self.disarm()
+                time.sleep(ARM_SWITCH_OFF_S)
+                self._arm_request = True
+                self._set_rc(0.0, 0.0, 0.0, 0.0)
+
+    def _arming_disable_names(self) -> list[str] | None:
+        try:
+            return arming_disable_names(self.status_ex().arming_disable)
+        except (RobotError, ValueError):
+            return None
 
     def _arming_disable_report(self) -> str:
         try:

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from hardware.drivers.betaflight import BetaflightRobot
 from hardware.drivers.betaflight_setup import (SetupConfig, calibrate_accelerometer, disable_runaway_takeoff,
                                                provision, wait_ready)
 from hardware.export import export_c
@@ -25,7 +24,7 @@ from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings
                                               onboard_log, patched_sitl)
 from policies.foundation import load_raptor
 from sims.quadrotor import preset
-from tests.hardware.polling import start_firmware
+from tests.hardware.polling import connect_msp, start_firmware, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
@@ -56,8 +55,7 @@ def fly_onboard(binary, run_dir, seconds: float) -> tuple[np.ndarray, dict, dict
     time -> (trajectory (T, 4): sim s since arming, position world FLU m; onboard log numbers; loop rates)."""
     fw = start_firmware(300.0, run_dir=run_dir, binary=binary, lockstep=True)
     try:
-        robot = BetaflightRobot(fw.msp_address, acc_1g=256, position_source=fw.mocap)
-        robot.connect(timeout=5.0)
+        robot = connect_msp(fw, acc_1g=256)
         try:
             provision(robot, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP"))
             calibrate_accelerometer(robot)
@@ -70,9 +68,8 @@ def fly_onboard(binary, run_dir, seconds: float) -> tuple[np.ndarray, dict, dict
                 trajectory.append((s["time"] - t0, *s["state"][0:3]))
                 time.sleep(0.02)
             rates = fw.rates()
-            robot.disarm()
-            time.sleep(0.3)
-            assert not fw.snapshot()["motors"].any()
+            robot.disarm()  # the firmware disarms on the fourth RC frame with the switch off (0.15-0.25 s here)
+            assert wait_for(lambda: not fw.snapshot()["motors"].any(), timeout=2.0)
         finally:
             robot.close()
     finally:

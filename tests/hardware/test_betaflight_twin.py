@@ -21,7 +21,7 @@ from sims.quadrotor import preset
 from sims.twin import DigitalTwin, TwinConfig
 from sims.vehicles.betaflight_sitl import BetaflightMSPServer
 from sims.vehicles.sim_vehicle import SimVehicle
-from tests.hardware.polling import start_firmware, wait_for
+from tests.hardware.polling import connect_msp, start_firmware, wait_for
 
 PERIOD = 0.02  # s: the control tick and the twin's
 NOMINAL = preset("betaflight_quadx")
@@ -62,8 +62,7 @@ def test_the_twin_identifies_the_mass_of_the_firmware_flown_quad(tmp_path):
     except firmware_mod.FirmwareUnavailable as e:
         pytest.skip(str(e))
     with closing(start_firmware(params=TRUTH, run_dir=tmp_path)) as fw:
-        robot = BetaflightRobot(fw.msp_address, acc_1g=256, position_source=fw.mocap, read_motors=True)
-        robot.connect(timeout=5.0)
+        robot = connect_msp(fw, acc_1g=256, read_motors=True)
         safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2))
         try:
             provision(robot, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5))

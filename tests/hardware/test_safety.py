@@ -105,7 +105,9 @@ def test_watchdog_on_silence_motors_off_within_100ms(robot):
         fault = _wait_fault(layer)
         assert fault.kind == "watchdog_timeout" and not robot.armed
         reactions.append(robot.first_safe_after(last_command) - last_command)
-        assert fault.reaction_s == pytest.approx(reactions[-1], abs=2e-3)
+        # the layer stamps the cause when the last command arrived (before its checks) and the safe command after
+        # the driver took it: never shorter than what the robot saw, longer by a thread switch or so
+        assert reactions[-1] - 1e-4 <= fault.reaction_s <= reactions[-1] + 0.02
         assert layer.send_action(np.zeros(4)) is None  # latched: later commands are dropped
         layer.close()
     print(f"watchdog silence reaction: median {np.median(reactions) * 1e3:.1f} ms, max {max(reactions) * 1e3:.1f} ms")
