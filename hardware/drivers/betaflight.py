@@ -14,8 +14,9 @@ the rate where the flight controller answers it (and not while a ``request`` wai
   disarmed, so it is refused (``RobotError``). Fly with attitude commands (or motor-level through
   the SITL bridge, or a policy compiled into the firmware).
 * ``arm``/``disarm`` -> the ARM aux channel (``RcMapping.arm_channel``) with throttle low;
-  ``arm`` waits for the ARM flag in ``MSP_STATUS`` and, if it never comes, raises ``RobotError``
-  naming the firmware's arming-disable flags (``MSP_STATUS_EX``, e.g. ``RXLOSS``, ``CALIB``).
+  ``arm`` waits for the ARM flag in ``MSP_STATUS`` (flipping the switch off and on if the firmware latched
+  ``ARM_SWITCH``) and, if it never comes, raises ``RobotError`` naming the firmware's arming-disable flags
+  (``MSP_STATUS_EX``, e.g. ``RXLOSS``, ``CALIB``).
 * ``request(command, payload)``: one MSP exchange, waited for (setup messages, ``status_ex``);
   ``betaflight_setup.provision`` configures a fresh flight controller with it.
 
