@@ -146,7 +146,7 @@ def test_rc_loss_triggers_the_firmware_failsafe(firmware):
 
 
 @pytest.mark.slow  # a ~20 s real-time flight: on this 2-core VM the stock SITL's clock, rescaled from the state
-# packets' arrival, fails safe (FAILSAFE, RXLOSS) in about 1 flight in 4; the lockstep onboard hover stays in the suite
+# packets' arrival, fails safe (FAILSAFE, RXLOSS) in about 1 flight in 5; the lockstep onboard hover stays in the suite
 def test_hover_10s_at_1m_through_the_safety_layer(firmware):
     params = preset("betaflight_quadx")
     robot = connect(firmware)
