@@ -33,9 +33,9 @@ def start_firmware(timeout: float = 90.0, **kwargs):
 def connect_msp(fw, **kwargs):
     """A ``BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)`` connected to the firmware ``fw``.
 
-    Now and then (about 1 start in 15 on this 2-core machine) a SITL process answers state packets but sends no
-    MSP telemetry within 5 s; a fresh process does, so such a start is replaced once (its run folder and
-    eeprom.bin stay) before the test fails.
+    Now and then (in 4 of 20 runs of the SITL test files on this 2-core VM, about ten starts each) a SITL process
+    answers state packets but sends no MSP telemetry within 5 s; a fresh process does, so such a start is replaced
+    once (its run folder and eeprom.bin stay) before the test fails.
     """
     from hardware.drivers.base import RobotError
     from hardware.drivers.betaflight import BetaflightRobot
