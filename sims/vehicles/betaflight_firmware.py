@@ -295,7 +295,11 @@ class BetaflightFirmware:
                 self._proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self._stop_process()
-        self._spawn(self.binary or sitl_binary())
+        self._quiet.set()  # no state packets into the new process's start-up (see _until_answering)
+        try:
+            self._spawn(self.binary or sitl_binary())
+        finally:
+            self._quiet.clear()
         self._until_answering(self.binary or sitl_binary())
 
     @property

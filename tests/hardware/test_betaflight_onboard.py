@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-from hardware.drivers.betaflight_setup import (SetupConfig, calibrate_accelerometer, disable_runaway_takeoff,
-                                               provision, wait_ready)
+from hardware.drivers.betaflight_setup import SetupConfig, disable_runaway_takeoff, wait_ready
 from hardware.export import export_c
 from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings, _policy_sources, build_onboard_sitl,
                                               onboard_log, patched_sitl)
 from policies.foundation import load_raptor
 from sims.quadrotor import preset
-from tests.hardware.polling import connect_msp, start_firmware, wait_for
+from tests.hardware.polling import connect_provisioned, start_firmware, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
@@ -55,10 +54,8 @@ def fly_onboard(binary, run_dir, seconds: float) -> tuple[np.ndarray, dict, dict
     time -> (trajectory (T, 4): sim s since arming, position world FLU m; onboard log numbers; loop rates)."""
     fw = start_firmware(300.0, run_dir=run_dir, binary=binary, lockstep=True)
     try:
-        robot = connect_msp(fw, acc_1g=256)
+        robot, _ = connect_provisioned(fw, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP"), acc_1g=256)
         try:
-            provision(robot, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP"))
-            calibrate_accelerometer(robot)
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)
             assert not fw.snapshot()["motors"].any()  # disarmed: the policy leaves the motors alone

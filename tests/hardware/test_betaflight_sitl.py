@@ -18,13 +18,12 @@ from hardware.drivers.base import AttitudeThrustCommand, MotorCommand, RobotErro
 from hardware.drivers.betaflight import BetaflightRobot
 from hardware.drivers.betaflight_sitl import attitude_to_rc
 from hardware.drivers.betaflight_setup import (ARMING_DISABLE_NAMES, SetupConfig, arming_disable_names,
-                                               calibrate_accelerometer, disable_runaway_takeoff, provision,
-                                               throttle_for_motor, wait_ready)
+                                               disable_runaway_takeoff, throttle_for_motor, wait_ready)
 from hardware.drivers.position_hold import PositionHold, fly, hover_then_eight
 from hardware.drivers.threads import join_loops
 from hardware.safety import SafetyConfig, SafetyLayer
 from sims.quadrotor import preset
-from tests.hardware.polling import connect_msp, start_firmware, wait_for
+from tests.hardware.polling import connect_msp, connect_provisioned, start_firmware, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
@@ -56,20 +55,12 @@ def provisioned_eeprom(tmp_path_factory):
         firmware_mod.sitl_binary()
     except firmware_mod.FirmwareUnavailable as e:
         pytest.skip(str(e))
-    for attempt in range(2):  # a SITL process whose clock stalls after start (see connect_msp) is replaced once
-        run = tmp_path_factory.mktemp("betaflight")
-        with closing(start_firmware(run_dir=run)) as fw:
-            robot = connect(fw)
-            try:
-                assert provision(robot, SETUP) is False  # nothing robo sets needs a reboot on the SITL
-                calibrate_accelerometer(robot)
-                return run / "eeprom.bin"
-            except RobotError as e:
-                if attempt == 1:
-                    raise
-                print(f"provisioning on a fresh SITL process again after: {e}; physics {fw.rates()}")
-            finally:
-                robot.close()
+    run = tmp_path_factory.mktemp("betaflight")
+    with closing(start_firmware(run_dir=run)) as fw:
+        robot, reboot = connect_provisioned(fw, SETUP, acc_1g=SITL_ACC_1G)
+        robot.close()
+    assert reboot is False  # nothing robo sets needs a reboot on the SITL
+    return run / "eeprom.bin"
 
 
 @pytest.fixture
