@@ -371,8 +371,9 @@ class BetaflightRobot:
                 self._set_rc(0.0, 0.0, 0.0, 0.0)
 
     def _arming_disable_names(self) -> list[str] | None:
-        try:
-            return arming_disable_names(self.status_ex().arming_disable)
+        try:  # briefly: arm() is waiting on the firmware meanwhile
+            reply = self.request(msp.MSP_STATUS_EX, timeout=0.2)
+            return arming_disable_names(msp.unpack_status_ex(reply).arming_disable)
         except (RobotError, ValueError):
             return None
 
