@@ -312,9 +312,9 @@ class BetaflightRobot:
                              "check that the firmware supports it and that it is disarmed")
         return reply.payload
 
-    def status_ex(self) -> msp.StatusEx:
+    def status_ex(self, timeout: float = 1.0) -> msp.StatusEx:
         """MSP_STATUS_EX now: cycle time, arming-disable flags (``betaflight_setup.arming_disable_names``)."""
-        return msp.unpack_status_ex(self.request(msp.MSP_STATUS_EX))
+        return msp.unpack_status_ex(self.request(msp.MSP_STATUS_EX, timeout=timeout))
 
     def reboot(self) -> None:
         """Ask the flight controller to reboot (settings that need one, e.g. features) and close the link;
@@ -363,25 +363,24 @@ class BetaflightRobot:
                 self.disarm()
                 raise RobotError(f"Betaflight did not arm within {timeout} s: {flags}; see the CLI 'status' "
                                  "(betaflight_setup.provision configures a fresh flight controller)")
-            names = self._arming_disable_names() or []
-            if "ARM_SWITCH" in names and set(names) <= {"ARM_SWITCH", "NOT_DISARMED"}:  # the latch alone
+            names = self._arming_disable_names(timeout=0.2)  # briefly: the firmware may arm meanwhile
+            if isinstance(names, list) and "ARM_SWITCH" in names and set(names) <= {"ARM_SWITCH", "NOT_DISARMED"}:
                 self.disarm()
                 time.sleep(ARM_SWITCH_OFF_S)
                 self._arm_request = True
                 self._set_rc(0.0, 0.0, 0.0, 0.0)
 
-    def _arming_disable_names(self) -> list[str] | None:
-        try:  # briefly: arm() is waiting on the firmware meanwhile
-            reply = self.request(msp.MSP_STATUS_EX, timeout=0.2)
-            return arming_disable_names(msp.unpack_status_ex(reply).arming_disable)
-        except (RobotError, ValueError):
-            return None
+    def _arming_disable_names(self, timeout: float = 1.0) -> list[str] | str:
+        """The firmware's arming-disable flag names now, or why they could not be read."""
+        try:
+            return arming_disable_names(self.status_ex(timeout).arming_disable)
+        except (RobotError, ValueError) as e:
+            return str(e)
 
     def _arming_disable_report(self) -> str:
-        try:
-            names = arming_disable_names(self.status_ex().arming_disable)
-        except (RobotError, ValueError) as e:
-            return f"its arming-disable flags could not be read ({e}); check that ARM is on AUX channel " \
+        names = self._arming_disable_names()
+        if isinstance(names, str):
+            return f"its arming-disable flags could not be read ({names}); check that ARM is on AUX channel " \
                    f"{self.mapping.arm_channel - 3} and the throttle is low"
         return "arming disabled by " + (", ".join(names) or "no flag (ARM switch not seen yet)")
 

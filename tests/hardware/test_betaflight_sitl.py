@@ -35,15 +35,6 @@ SITL_ACC_1G = 256  # the virtual accelerometer's counts per g
 
 
 
-def why_disarmed(robot) -> str:
-    """The firmware's arming-disable flags now (after an unexpected disarm they name its cause: RUNAWAY,
-    FAILSAFE, RXLOSS, ...), for a failing assertion's message."""
-    try:
-        return "arming disabled by " + ", ".join(arming_disable_names(robot.status_ex().arming_disable))
-    except RobotError as e:
-        return f"the arming-disable flags could not be read ({e})"
-
-
 def connect(fw) -> BetaflightRobot:
     return connect_msp(fw, acc_1g=SITL_ACC_1G)
 
@@ -149,8 +140,8 @@ def test_hover_10s_at_1m_through_the_safety_layer(firmware):
         trajectory = hover_then_eight(height=1.0, hover_s=10.0)
         log = fly(safe, PositionHold(hover_thrust=throttle_for_motor(params.hover_command)), trajectory,
                   trajectory.duration)
-        assert log["stopped"] is None, \
-            f"{log['stopped']}: {why_disarmed(robot)}; MSP rejected {robot.rejected}; physics {firmware.rates()}"
+        assert log["stopped"] is None, (f"{log['stopped']}: {robot._arming_disable_report()}; "  # names the cause
+                                        f"MSP rejected {robot.rejected}; physics {firmware.rates()}")
         hover = log["t"] > 2.0 + 2.0  # after the climb and 2 s to settle
         error = np.linalg.norm(log["position"][hover] - log["target"][hover], axis=1)
         assert np.median(error) < 0.1, f"median hover error {np.median(error):.3f} m"

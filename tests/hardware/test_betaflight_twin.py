@@ -12,8 +12,8 @@ import pytest
 
 from hardware.drivers.base import AttitudeThrustCommand
 from hardware.drivers.betaflight import BetaflightRobot
-from hardware.drivers.betaflight_setup import (SetupConfig, arming_disable_names, calibrate_accelerometer,
-                                               disable_runaway_takeoff, provision, throttle_for_motor, wait_ready)
+from hardware.drivers.betaflight_setup import (SetupConfig, arming_disable_names, disable_runaway_takeoff,
+                                               throttle_for_motor, wait_ready)
 from hardware.drivers.position_hold import PositionHold, fly, hover_then_eight
 from hardware.safety import SafetyConfig, SafetyLayer
 from robo.twin.runner import ShadowRobot, n_step_errors
@@ -21,7 +21,7 @@ from sims.quadrotor import preset
 from sims.twin import DigitalTwin, TwinConfig
 from sims.vehicles.betaflight_sitl import BetaflightMSPServer
 from sims.vehicles.sim_vehicle import SimVehicle
-from tests.hardware.polling import connect_msp, start_firmware, wait_for
+from tests.hardware.polling import connect_provisioned, start_firmware, wait_for
 
 PERIOD = 0.02  # s: the control tick and the twin's
 NOMINAL = preset("betaflight_quadx")
@@ -62,11 +62,10 @@ def test_the_twin_identifies_the_mass_of_the_firmware_flown_quad(tmp_path):
     except firmware_mod.FirmwareUnavailable as e:
         pytest.skip(str(e))
     with closing(start_firmware(params=TRUTH, run_dir=tmp_path)) as fw:
-        robot = connect_msp(fw, acc_1g=256, read_motors=True)
+        setup = SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5)
+        robot, _ = connect_provisioned(fw, setup, acc_1g=256, read_motors=True)
         safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2))
         try:
-            provision(robot, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5))
-            calibrate_accelerometer(robot)
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)
             twin = DigitalTwin(TwinConfig(robot={"preset": "betaflight_quadx", "dt": PERIOD}))
