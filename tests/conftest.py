@@ -31,3 +31,21 @@ def heavy_crazyflie():
     from sims.envs import make_robot
 
     return dataclasses.replace(make_robot("crazyflie"), mass=0.034)
+
+
+# Tests that run against a wall clock: the Betaflight SITL and the drivers' stand-ins fly in real time, and a test
+# process beside them on a loaded core makes them miss deadlines. They carry the `realtime` mark; `make test`
+# runs them alone, then everything else on every core (pytest-xdist).
+REALTIME = ("tests/hardware/", "tests/sims/test_vehicles.py", "tests/sims/test_mavlink_vehicle.py",
+            "tests/robo/test_robot_env.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(REALTIME):
+            item.add_marker(pytest.mark.realtime)
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per worker: the workers already fill the cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
