@@ -35,7 +35,9 @@ in ``rejected["no_reply"]``): the stream slows down to what the firmware serves 
 
 Robustness: corrupt frames (bad checksum, oversize, garbage) are skipped by ``MspParser``;
 short payloads, error replies ($M!) and replies nobody asked for are rejected; all are counted
-in ``rejected``. No reply for ``link_timeout`` s, or a closed socket, raises ``RobotError``.
+in ``rejected``. No reply of any kind (telemetry, a request's answer, an RC ack) for ``link_timeout`` s,
+or a closed socket, raises ``RobotError``. The state's ``timestamp`` is its last telemetry reply: while a
+``request`` waits the telemetry bundle is held back, and the safety layer's ``max_state_age`` judges that.
 
 Addresses: ``tcp://host:port`` (Betaflight SITL serves UART1 MSP on TCP 5761) or any pyserial
 URL, e.g. ``serial:///dev/ttyACM0?baud=115200`` or ``loop://``.
@@ -159,7 +161,8 @@ class BetaflightRobot:
         self.telemetry_replies = 0  # telemetry replies accepted (bundles count once)
         self._attitude = self._gyro = self._acc = None
         self._flags = 0
-        self._last_rx: float | None = None
+        self._last_rx: float | None = None  # the last telemetry reply: the state's timestamp
+        self._last_reply: float | None = None  # the last reply of any kind: the link's liveness
         self._lost: str | None = None
         self._arm_request = False
         self._rc = attitude_to_rc(0.0, 0.0, 0.0, 0.0, False, mapping)
@@ -229,6 +232,8 @@ class BetaflightRobot:
                 self._handle(frame)
 
     def _handle(self, frame: msp.MspFrame) -> None:
+        if frame.direction in ("reply", "error"):  # any answer proves the link: requests, acks, refusals
+            self._last_reply = time.monotonic()
         waiter = self._waiters.get(frame.command)
         if waiter is not None and frame.direction in ("reply", "error"):
             waiter.put(frame)
@@ -279,7 +284,7 @@ class BetaflightRobot:
             raise RobotError("the Betaflight driver is not connected; call connect() first")
         if self._lost:
             raise RobotError(self._lost + "; check the cable/SITL, then connect() again")
-        age = time.monotonic() - (self._last_rx or 0.0)
+        age = time.monotonic() - (self._last_reply or 0.0)  # a stale state is the safety layer's to judge
         if age > self.link_timeout:
             raise RobotError(f"no MSP reply from {self.address} for {age:.2f} s (link_timeout {self.link_timeout} s): "
                              "link lost; check the cable/SITL, then connect() again")

@@ -218,8 +218,7 @@ def test_arm_flips_a_latched_arm_switch_off_and_on(firmware):
     """The ARM switch seen on while the throttle is high latches ARM_SWITCH until the switch is seen off (the
     firmware's guard against arming by accident); ``arm`` flips it off and on again, as a pilot would."""
     robot = connect(firmware)
-    flags = lambda: arming_disable_names(robot.status_ex().arming_disable)  # noqa: E731 (polled 10/s: the
-    # driver's telemetry bundle waits while a request does)
+    flags = lambda: arming_disable_names(robot.status_ex().arming_disable)  # noqa: E731
     try:
         wait_ready(robot, timeout=60.0)
         robot.send(AttitudeThrustCommand(LEVEL, 1.0))  # switch off, throttle high
@@ -233,6 +232,22 @@ def test_arm_flips_a_latched_arm_switch_off_and_on(firmware):
         robot.arm(timeout=3.0)
         assert robot.read_state().armed
         assert firmware.snapshot()["motors"].max() < 0.1  # idle, throttle low
+    finally:
+        robot.close()
+
+
+def test_requests_back_to_back_keep_the_link_and_the_state_says_its_age(firmware):
+    """While a request waits for its reply the driver holds its telemetry bundle back, so polling MSP_STATUS_EX
+    back to back starves the state. Every reply proves the link, so it does not count as lost; the state's
+    timestamp says how old it is (the safety layer's stale-state check judges that) and is fresh again after."""
+    robot = connect(firmware)
+    try:
+        wait_ready(robot, timeout=60.0)
+        end = time.monotonic() + 4 * robot.link_timeout
+        while time.monotonic() < end:
+            robot.status_ex()
+        assert robot.read_state() is not None  # no "link lost"
+        assert wait_for(lambda: time.monotonic() - robot.read_state().timestamp < 0.1, timeout=2.0)
     finally:
         robot.close()
 
