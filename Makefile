@@ -36,11 +36,12 @@ run: setup          ## main job: train a Crazyflie hover policy from scratch, th
 	$(VENV)/bin/robo train +experiment=hover_quick hydra.run.dir=$(MAIN_RUN)/train
 	$(VENV)/bin/robo eval policy=checkpoint policy.path=$(MAIN_RUN)/train/checkpoints/best/policy hydra.run.dir=$(MAIN_RUN)/eval
 
-# The real-time tests (firmware SITL, drivers' stand-ins: the `realtime` mark) run alone, then the rest on every core.
+# The tests that need the machine to themselves (the `serial` mark: firmware SITL, drivers' stand-ins, Ray, torchrun)
+# run alone, then the rest on every core (pytest-xdist).
 test: setup lerobot ## default suite (CI); `make test-all` adds the slow tests
-	$(PY) -m pytest -q -m "realtime and not slow"; rt=$$?; \
-	$(PY) -m pytest -q -m "not realtime and not slow" -n auto --dist loadfile --durations=20; rest=$$?; \
-	[ $$rt -eq 0 ] && [ $$rest -eq 0 ]
+	$(PY) -m pytest -q -m "serial and not slow"; serial=$$?; \
+	$(PY) -m pytest -q -m "not serial and not slow" -n auto --dist loadfile --durations=20; rest=$$?; \
+	[ $$serial -eq 0 ] && [ $$rest -eq 0 ]
 
 test-all: setup lerobot
 	$(PY) -m pytest -q -m "slow or not slow"

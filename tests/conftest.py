@@ -33,17 +33,17 @@ def heavy_crazyflie():
     return dataclasses.replace(make_robot("crazyflie"), mass=0.034)
 
 
-# Tests that run against a wall clock: the Betaflight SITL and the drivers' stand-ins fly in real time, and a test
-# process beside them on a loaded core makes them miss deadlines. They carry the `realtime` mark; `make test`
-# runs them alone, then everything else on every core (pytest-xdist).
-REALTIME = ("tests/hardware/", "tests/sims/test_vehicles.py", "tests/sims/test_mavlink_vehicle.py",
-            "tests/robo/test_robot_env.py")
+# Tests that need the machine to themselves carry the `serial` mark: the Betaflight SITL and the drivers' stand-ins
+# fly against a wall clock, and Ray's and torchrun's worker processes crawl beside a busy core (a Ray teacher test:
+# 18 s alone, 350-480 s beside two busy processes). `make test` runs them alone, then the rest on every core.
+SERIAL = ("tests/hardware/", "tests/sims/test_vehicles.py", "tests/sims/test_mavlink_vehicle.py",
+          "tests/robo/test_robot_env.py", "tests/robo/test_ddp.py")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.nodeid.startswith(REALTIME):
-            item.add_marker(pytest.mark.realtime)
+        if item.nodeid.startswith(SERIAL) or "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serial)
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per worker: the workers already fill the cores
