@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -325,8 +326,10 @@ class SteerTrainer:
             self.model = self._build_model()
             self.model.load_state_dict(torch.load(path / NA_STATE, weights_only=False))
         else:
-            self.model = SteerSAC.load(path / "sb3.zip", env=self.venv, device=self.device,
-                                       tensorboard_log=str(self.run_dir / "tensorboard"))
+            with warnings.catch_warnings():  # n-step returns: the saved NStepReplayBuffer carries n_steps and gamma
+                warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
+                self.model = SteerSAC.load(path / "sb3.zip", env=self.venv, device=self.device,
+                                           tensorboard_log=str(self.run_dir / "tensorboard"))
             self.model.load_replay_buffer(path / "replay_buffer.pkl")
         state = read_state(path)
         self._env_step_offset = int(state["env_steps"]) - sum(e.total_env_steps for e in self.envs)

@@ -1,6 +1,8 @@
 """DSRL and DSRL-NA improve a weak frozen diffusion policy on the toy task, on the base's own
 evaluation seeds; DSRL-NA learns from noise-free transitions and resumes exactly."""
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -85,6 +87,18 @@ def test_layer_norm_critics_train_save_and_resume(tmp_path, weak_base):
     resumed.train(resume=True)
     assert has_layer_norm(resumed.model.policy.critic) and resumed.env_steps >= 300
     assert load_policy(tmp_path / "checkpoints" / "latest" / "policy").kind == "steered"
+
+
+def test_a_resumed_run_keeps_its_n_step_returns_without_a_warning(tmp_path, weak_base):
+    c = short_run_config("kwargs.n_steps=3")
+    SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False).train()
+    c["total_env_steps"] = 300
+    resumed = SteerTrainer(c, tmp_path, weak_base, lambda: gym.make(TOY), progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        resumed.train(resume=True)
+    buffer = resumed.model.replay_buffer
+    assert type(buffer).__name__ == "NStepReplayBuffer" and buffer.n_steps == 3 and resumed.env_steps >= 300
 
 
 def test_stochastic_steering_exports_sacs_sampled_noise(tmp_path, weak_base):
