@@ -232,14 +232,13 @@ class BetaflightRobot:
                 self._handle(frame)
 
     def _handle(self, frame: msp.MspFrame) -> None:
-        if frame.direction in ("reply", "error"):  # any answer proves the link: requests, acks, refusals
-            self._last_reply = time.monotonic()
-        waiter = self._waiters.get(frame.command)
-        if waiter is not None and frame.direction in ("reply", "error"):
-            waiter.put(frame)
-            return
         if frame.direction not in ("reply", "error"):
             return  # our own echoes (loopback links)
+        self._last_reply = time.monotonic()  # any answer proves the link: requests, acks, refusals
+        waiter = self._waiters.get(frame.command)
+        if waiter is not None:
+            waiter.put(frame)
+            return
         with self._lock:
             sent = self._pending.get(frame.command)
             expected = bool(sent)
