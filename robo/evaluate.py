@@ -81,12 +81,13 @@ def previous_action_for(policy: Policy, env) -> Iterator[str]:
 
 
 def flown_policy(name: str, previous_action: str = "auto") -> Policy:
-    """``robo.factory.policy_by_name(name)`` (``raptor`` or a robo checkpoint folder) as a flight with the
-    ``previous_action`` setting flies it, as ``robo eval`` does: RAPTOR's released policy gives its raw, unclipped
-    output where the flight feeds it L2F's convention (``auto``, which resolves to ``raw_motor_state`` for it, or
-    ``raw_motor_state``), the output L2F fed back to it in training; under ``clipped_hover`` it clips, as
+    """``robo.factory.policy_by_name(name)`` (``raptor``, ``robo_foundation`` or a robo checkpoint folder) as a flight
+    with the ``previous_action`` setting flies it, as ``robo eval`` does: RAPTOR's released policy gives its raw,
+    unclipped output where the flight feeds it L2F's convention (``auto``, which resolves to ``raw_motor_state`` for
+    it, or ``raw_motor_state``), the output L2F fed back to it in training; under ``clipped_hover`` it clips, as
     ``load_raptor`` does by default. The sim's step or the robot's safety layer clips the command it applies either
-    way: only the observation's previous action differs. Checkpoints load as saved."""
+    way: only the observation's previous action differs. Checkpoints, robo's foundation policy included, load as
+    saved."""
     from policies.foundation import load_raptor
     from robo.factory import policy_by_name
     from sims.envs.config import check_previous_action

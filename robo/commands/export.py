@@ -83,7 +83,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {sorted(FORMATS)} (format=onnx)")
     if OmegaConf.is_missing(cfg.policy, "path"):
-        raise ValueError("no policy to export: give policy=<checkpoint folder> (or policy.path=...) or policy=raptor")
+        raise ValueError("no policy to export: give policy=<checkpoint folder> (or policy.path=...), policy=raptor "
+                         "or policy=robo_foundation")
     seed_run(int(cfg.seed))
     write_resolved_config(run_dir, cfg)
     c = OmegaConf.to_container(cfg, resolve=True)

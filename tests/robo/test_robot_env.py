@@ -9,7 +9,8 @@ import torch
 
 from hardware.drivers.px4 import PX4Robot
 from hardware.safety import SafetyConfig, SafetyLayer
-from policies.foundation import load_raptor
+from policies.foundation import load_raptor, load_robo_foundation
+from robo.evaluate import previous_action_for
 from robo.real import RobotEnv, RobotEnvConfig
 from sims.envs import make_batched_task
 from sims.quadrotor.dynamics import hover_state
@@ -54,9 +55,9 @@ def _sim_reference(steps: int) -> np.ndarray:
     return np.array(positions)
 
 
-def _fly_raptor(env, steps=400):
-    """RAPTOR through the env for ``steps`` steps; returns position errors and rewards per step."""
-    policy = load_raptor()
+def _fly_raptor(env, steps=400, policy=None):
+    """RAPTOR (or ``policy``) through the env for ``steps`` steps; returns position errors and rewards per step."""
+    policy = policy or load_raptor()
     obs, info = env.reset(seed=0)
     assert info["position_error"] == pytest.approx(0.3, abs=1e-6)
     errors, rewards, t0 = [], [], time.monotonic()
@@ -83,6 +84,16 @@ def test_raptor_hovers_through_the_px4_driver(env):
     # the same flight in robo's simulator directly: frames, motor order and timing all agree (the
     # link carries float32, so not bit for bit)
     np.testing.assert_allclose(errors, np.linalg.norm(_sim_reference(400) - HOVER, axis=1), atol=1e-4)
+
+
+def test_robo_foundation_hovers_through_the_px4_driver(env):
+    """robo's shipped foundation policy, flown as it was distilled (L2F's previous action), without training."""
+    policy = load_robo_foundation()
+    with previous_action_for(policy, env) as mode:
+        errors, _, events = _fly_raptor(env, policy=policy)
+    assert mode == "raw_motor_state"
+    assert events == [("stop", "episode ended (max_steps)")]
+    assert errors[-1] < 0.05 and max(errors[200:]) < 0.10
 
 
 def test_raptor_hovers_a_vehicle_with_hidden_parameters():
