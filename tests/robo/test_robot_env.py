@@ -55,9 +55,8 @@ def _sim_reference(steps: int) -> np.ndarray:
     return np.array(positions)
 
 
-def _fly_raptor(env, steps=400, policy=None):
-    """RAPTOR (or ``policy``) through the env for ``steps`` steps; returns position errors and rewards per step."""
-    policy = policy or load_raptor()
+def _fly(env, policy, steps=400):
+    """``policy`` through the env for ``steps`` steps; returns position errors and rewards per step."""
     obs, info = env.reset(seed=0)
     assert info["position_error"] == pytest.approx(0.3, abs=1e-6)
     errors, rewards, t0 = [], [], time.monotonic()
@@ -76,7 +75,7 @@ def _fly_raptor(env, steps=400, policy=None):
 
 
 def test_raptor_hovers_through_the_px4_driver(env):
-    errors, rewards, events = _fly_raptor(env)
+    errors, rewards, events = _fly(env, load_raptor())
     assert events == [("stop", "episode ended (max_steps)")]  # no violation, then the safe end
     assert errors[-1] < 0.10 and max(errors[200:]) < 0.15
     assert np.mean(rewards[-100:]) > np.mean(rewards[:10])  # the task's reward rises as it settles
@@ -90,7 +89,7 @@ def test_robo_foundation_hovers_through_the_px4_driver(env):
     """robo's shipped foundation policy, flown as it was distilled (L2F's previous action), without training."""
     policy = load_robo_foundation()
     with previous_action_for(policy, env) as mode:
-        errors, _, events = _fly_raptor(env, policy=policy)
+        errors, _, events = _fly(env, policy)
     assert mode == "raw_motor_state"
     assert events == [("stop", "episode ended (max_steps)")]
     assert errors[-1] < 0.05 and max(errors[200:]) < 0.10
@@ -101,7 +100,7 @@ def test_raptor_hovers_a_vehicle_with_hidden_parameters():
     hidden = {"preset": "crazyflie", "mass": 0.033, "motor_time_constant_rising": [0.07] * 4}
     with MavlinkVehicle(robot=hidden, initial_position=tuple(START)) as vehicle:
         env = _env(vehicle)
-        errors, _, events = _fly_raptor(env)
+        errors, _, events = _fly(env, load_raptor())
         env.close()
     assert events == [("stop", "episode ended (max_steps)")] and errors[-1] < 0.10
     nominal = np.linalg.norm(_sim_reference(400) - HOVER, axis=1)
