@@ -11,10 +11,10 @@ from policies.base import Policy
 from policies.foundation import load_raptor, load_robo_foundation
 from policies.registry import known_kinds, load_policy
 from robo.device import resolve_device
+from robo.validation import SHIPPED_POLICIES
 from sims.envs import BatchedQuadrotorTask, make_batched_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-SHIPPED = ("raptor", "robo_foundation")  # policies that come with the install, named instead of a folder
 
 
 def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], num_envs: int,
@@ -48,11 +48,11 @@ def make_policy(policy: dict[str, Any]) -> Policy:
     if kind in known_kinds():
         raise ValueError(f"policy.kind={kind!r} describes a policy to train, not a saved one; "
                          f"load a saved {kind} policy with policy=checkpoint policy.path=<its folder>")
-    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor', 'robo_foundation' or 'checkpoint' "
-                     f"(with policy.path=<folder>)")
+    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor' or 'checkpoint' (with policy.path=<folder>), "
+                     f"or 'robo_foundation' (robo's shipped foundation policy)")
 
 
 def policy_by_name(name: str) -> Policy:
     """``raptor`` (RAPTOR's released policy), ``robo_foundation`` (robo's shipped one) or a robo checkpoint folder
     -> a loaded policy (the ``base=`` of ``robo finetune`` and its twin gate)."""
-    return make_policy({"kind": name} if name in SHIPPED else {"kind": "checkpoint", "path": name})
+    return make_policy({"kind": name} if name in SHIPPED_POLICIES else {"kind": "checkpoint", "path": name})

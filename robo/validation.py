@@ -22,7 +22,8 @@ NON_NEGATIVE = re.compile(r"(steps|every|seconds|episodes|envs|epochs|iterations
 # Keys that name a folder the command reads; values that are names, not paths, are left alone.
 READ_PATHS = {"policy.path", "base", "resume", "init_from", "dataset", "extra_dataset", "convert", "train.base",
               "synthesize.base", "model.path", "distill.teacher", "twin_pretrain.identify_policy"}
-NAMES = {"raptor", "robo_foundation", "expert"}
+SHIPPED_POLICIES = ("raptor", "robo_foundation")  # policies that come with the install, named instead of a folder
+NAMES = {*SHIPPED_POLICIES, "expert"}
 
 
 class ConfigError(ValueError):
