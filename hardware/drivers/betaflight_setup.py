@@ -162,8 +162,11 @@ def save(robot) -> None:
     robot.request(msp.MSP_EEPROM_WRITE, timeout=3.0)
 
 
-def calibrate_accelerometer(robot, timeout: float = 5.0) -> None:
-    """Level the accelerometer (the vehicle must sit still and level), wait until done, save."""
+def calibrate_accelerometer(robot, timeout: float = 15.0) -> None:
+    """Level the accelerometer (the vehicle must sit still and level), wait until done, save.
+
+    Betaflight averages 400 accelerometer samples; the SITL on a loaded 2-core machine took 2.2-4.1 s (30 starts),
+    so ``timeout`` leaves room for a slower firmware clock."""
     robot.request(msp.MSP_ACC_CALIBRATION)
     deadline = time.monotonic() + timeout
     time.sleep(0.05)

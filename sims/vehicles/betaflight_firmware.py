@@ -272,21 +272,32 @@ class BetaflightFirmware:
         raise FirmwareUnavailable(f"Betaflight SITL answered fewer than {replies} state packets within {timeout} s "
                                   f"in {attempts} starts; see {self.run_dir / 'sitl.log'}")
 
-    def _spawn(self, binary: Path) -> None:
-        log = open(self.run_dir / "sitl.log", "ab")
-        self._proc = subprocess.Popen([str(binary)], cwd=self.run_dir, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-        log.close()
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise FirmwareUnavailable(f"Betaflight SITL exited at start (code {self._proc.returncode}); "
-                                          f"see {self.run_dir / 'sitl.log'}")
-            if _listening(MSP_PORT):
-                return
-            time.sleep(0.05)
-        raise FirmwareUnavailable(f"Betaflight SITL did not open MSP on TCP {MSP_PORT} within 10 s; "
-                                  f"see {self.run_dir / 'sitl.log'}")
+    def _spawn(self, binary: Path, attempts: int = 3) -> None:
+        """Start the SITL process and wait until it listens for MSP. Now and then (1 start in ~35 here) the stock
+        SITL cannot bind its MSP port right after the previous process ("bind port 5761 for UART1 failed!!" in
+        sitl.log, though it sets SO_REUSEADDR) and runs on without MSP; such a process is replaced."""
+        path = self.run_dir / "sitl.log"
+        for attempt in range(attempts):
+            start = path.stat().st_size if path.exists() else 0
+            with open(path, "ab") as log:
+                self._proc = subprocess.Popen([str(binary)], cwd=self.run_dir, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                if self._proc.poll() is not None:
+                    raise FirmwareUnavailable(f"Betaflight SITL exited at start (code {self._proc.returncode}); "
+                                              f"see {path}")
+                if _listening(MSP_PORT):
+                    return
+                with open(path, "rb") as log:
+                    log.seek(start)
+                    if f"bind port {MSP_PORT} for UART1 failed".encode() in log.read():
+                        break
+                time.sleep(0.05)
+            self._stop_process()
+            time.sleep(0.5)
+        raise FirmwareUnavailable(f"Betaflight SITL did not open MSP on TCP {MSP_PORT} in {attempts} starts; "
+                                  f"see {path}")
 
     def restart(self, timeout: float = 5.0) -> None:
         """Start the firmware again after it exited (an MSP reboot ends the SITL process), same run folder."""

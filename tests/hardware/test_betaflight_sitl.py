@@ -222,12 +222,12 @@ def test_arm_flips_a_latched_arm_switch_off_and_on(firmware):
     try:
         wait_ready(robot, timeout=60.0)
         robot.send(AttitudeThrustCommand(LEVEL, 1.0))  # switch off, throttle high
-        assert wait_for(lambda: "THROTTLE" in flags(), timeout=2.0, interval=0.1)
+        assert wait_for(lambda: "THROTTLE" in flags(), timeout=2.0, interval=0.1), flags()
         robot._arm_request = True  # switch on with the throttle still high
         robot.send(AttitudeThrustCommand(LEVEL, 1.0))
-        assert wait_for(lambda: "ARM_SWITCH" in flags(), timeout=2.0, interval=0.1)
+        assert wait_for(lambda: "ARM_SWITCH" in flags(), timeout=2.0, interval=0.1), flags()
         robot.send(AttitudeThrustCommand(LEVEL, 0.0))  # throttle low, switch on: only the latch is left
-        assert wait_for(lambda: flags() == ["ARM_SWITCH"], timeout=3.0, interval=0.1)
+        assert wait_for(lambda: flags() == ["ARM_SWITCH"], timeout=3.0, interval=0.1), flags()
         assert not robot.read_state().armed
         robot.arm(timeout=3.0)
         assert robot.read_state().armed
