@@ -82,6 +82,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     fmt = str(cfg.format)
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {sorted(FORMATS)} (format=onnx)")
+    if not float(cfg.tolerance) >= 0:
+        raise ValueError(f"tolerance={cfg.tolerance}: give the largest |exported - torch| to accept, >= 0 (1e-5)")
     if OmegaConf.is_missing(cfg.policy, "path"):
         raise ValueError("no policy to export: give policy=<checkpoint folder> (or policy.path=...), policy=raptor "
                          "or policy=robo_foundation")
@@ -101,6 +103,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
               "max_abs_diff": f"{parity['max_abs_diff']:.3g}" if "max_abs_diff" in parity else "n/a",
               "parity": {True: "passed", False: "FAILED", None: "skipped"}[parity["passed"]]}
     if parity["passed"] is False:
-        raise RuntimeError(f"the {fmt} export differs from torch by {parity['max_abs_diff']:.3g} > tolerance "
-                           f"{cfg.tolerance}; see {Path(run_dir) / 'parity.json'} (the artifacts are in {out})")
+        over = ", ".join(f"{k} by {v:.3g} > {parity['allowed'][k]:.3g}" for k, v in parity["per_output"].items()
+                         if v > parity["allowed"][k])
+        raise RuntimeError(f"the {fmt} export differs from torch beyond tolerance {cfg.tolerance}: {over}; see "
+                           f"{Path(run_dir) / 'parity.json'} (the artifacts are in {out})")
     return result

@@ -59,12 +59,13 @@ def test_robo_eval_flies_it_by_name(tmp_path):
 @pytest.mark.parametrize("fmt", ["onnx", pytest.param("c", marks=pytest.mark.skipif(
     shutil.which("gcc") is None, reason="gcc is not installed: C parity needs a compiler"))])
 def test_it_exports_with_parity(tmp_path, fmt):
-    """Actions within 1e-5 of torch over 500 carried steps. The ONNX export also returns the GRU state, and on
-    the parity check's N(0, 1) observations this student's state is sensitive to float32 rounding: torch in
-    float32 itself ends 7.9e-5 from torch in float64 there, so the state gets 1e-4."""
+    """At the default tolerance: actions within 1e-5 of torch over 500 carried steps. The ONNX export also returns
+    the GRU state, and on the parity check's N(0, 1) observations this student's state is sensitive to float32
+    rounding (torch in float32 ends ~8e-5 from torch in float64 there): the state is held to twice that drift."""
     run = tmp_path / fmt
-    main(["export", "policy=robo_foundation", f"format={fmt}", "tolerance=1e-4", f"out={tmp_path / 'out'}",
-          f"hydra.run.dir={run}"])
+    main(["export", "policy=robo_foundation", f"format={fmt}", f"out={tmp_path / 'out'}", f"hydra.run.dir={run}"])
     parity = json.loads((run / "parity.json").read_text())
     assert parity["passed"] and parity["policy_kind"] == "foundation"
-    assert parity["per_output"]["action"] < 1e-5 and parity["max_abs_diff"] < 1e-4
+    assert parity["per_output"]["action"] < 1e-5
+    if fmt == "onnx":
+        assert parity["per_output"]["h_next"] <= 2 * parity["float32_drift"]["h_next"] < 2e-4
