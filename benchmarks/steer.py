@@ -17,11 +17,13 @@ table: final success, and the env steps of the first training evaluation at or a
 ``--target`` success. ``--n-action-steps`` sets the base's execution horizon (actions per chunk,
 so per steering decision) for everything, the base's own evaluation included. ``--resume``
 continues each method's run in ``--out`` (its ``checkpoints/latest``, replay buffer included) up to a
-larger ``total_env_steps``; the other settings must match the first run's.
+larger ``total_env_steps``; the other settings must match the first run's. The base's evaluation is kept in
+``--out/base_eval.json`` and reused by a ``--resume`` with the same base and evaluation settings.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -33,6 +35,7 @@ from policies.chunked import with_execution_horizon
 from policies.registry import load_policy
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.commands.steer import task_env_factory
+from robo.run_dir import write_json
 from robo.steer.trainer import SteerTrainer
 from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 from table import print_table
@@ -118,12 +121,21 @@ def main() -> None:
     variants = {"N(0, I) noise": base, "zero noise": DrawnNoise(base, torch.zeros),
                 f"N(0, I) clipped to +-{bound:g}":
                     DrawnNoise(base, lambda s: torch.randn(s, generator=draws).clamp(-bound, bound))}
-    rows = []
-    for label, policy in variants.items():
-        m = evaluate_chunked_policy(policy, task["env_id"], episodes, seed=seed,
-                                    env_kwargs=task.get("env_kwargs") or {}, max_steps=task["eval"].get("max_steps"))
-        rows.append({"method": f"base {base.kind} ({label})", "env_steps": 0, "success": m["success_rate"],
-                     "episodes": episodes, "steps_to_target": "-", "wall_min": 0.0})
+    # the base's rows are kept in --out: a --resume with the same base and evaluation reuses them
+    key = {"base": str(cfg.base), "n_action_steps": args.n_action_steps, "task": task, "episodes": episodes,
+           "seed": seed, "noise_bound": bound, "noise_seed": int(cfg.seed)}
+    cached = json.loads((args.out / "base_eval.json").read_text()) if (args.out / "base_eval.json").is_file() else {}
+    if args.resume and cached.get("key") == json.loads(json.dumps(key)):
+        rows = cached["rows"]
+        logging.info("the base's evaluation of %s reused (--resume, same settings)", args.out / "base_eval.json")
+    else:
+        rows = []
+        for label, policy in variants.items():
+            m = evaluate_chunked_policy(policy, task["env_id"], episodes, seed=seed, env_kwargs=task.get("env_kwargs")
+                                        or {}, max_steps=task["eval"].get("max_steps"))
+            rows.append({"method": f"base {base.kind} ({label})", "env_steps": 0, "success": m["success_rate"],
+                         "episodes": episodes, "steps_to_target": "-", "wall_min": 0.0})
+        write_json(args.out / "base_eval.json", {"key": key, "rows": rows})
     for name, c in configs.items():
         rows.extend(run_method(name, base, c, args, args.out))
     print_table(rows, ["method", "env_steps", "success", "episodes", "steps_to_target", "wall_min"])
