@@ -121,7 +121,11 @@ def main() -> None:
                 trim = f", trimmed over {cfg.trim.starts} starts" if cfg.trim.starts else ""
                 rows.append((f"hover to <5 cm, 0 crashes (curriculum={c}{trim}, seed {r['seed']})",
                              f"{r['steps']} steps, {r['wall_s']:.0f} s" if r["reached"]
-                             else f"not reached in {cfg.total_steps} steps (final median {r['final_error']:.3f} m)"))
+                             else f"not reached in {cfg.total_steps} steps, {r['total_wall']:.0f} s (medians "
+                             + ", ".join(f"{h['final_median_position_error']:.3f}" for h in r["trainer"].history)
+                             + f" m at the evaluations; crashes {r['trainer'].history[-1]['crashes']} at the last)"
+                             if r["trainer"].history else
+                             f"not reached in {cfg.total_steps} steps (final median {r['final_error']:.3f} m)"))
             hit = [r for r in rs if r["reached"]]
             if hit:
                 steps, wall = np.mean([r["steps"] for r in hit]), np.mean([r["wall_s"] for r in hit])
