@@ -76,8 +76,8 @@ class ChunkEnv(gym.Env):
         self.max_env_steps = None if max_env_steps is None else int(max_env_steps)
         low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
         bounded = np.isfinite(low) & np.isfinite(high) & (high > low)
-        self._center = np.where(bounded, (low + high) / 2, 0.0)
-        self._scale = np.where(bounded, (high - low) / 2, 1.0)
+        low, high = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)  # no inf - inf on unbounded axes
+        self._center, self._scale = (low + high) / 2, (high - low) / 2
         lim = np.where(bounded, 1.0, np.inf).astype(np.float32)
         self.observation_space = gym.spaces.Box(np.tile(-lim, n_obs_steps), np.tile(lim, n_obs_steps),
                                                 dtype=np.float32)
