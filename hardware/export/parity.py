@@ -25,12 +25,14 @@ Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 class ParityReport:
     """``max_abs_diff`` over every check and output; ``per_output``: name -> max abs diff; ``float32_drift``:
     name -> max abs diff of torch float32 from torch float64 over the rollouts (empty without one).
-    ``passed``: every output within ``allowed(name)`` = max(atol, 2 x its float32 drift)."""
+    ``passed``: every output within ``allowed(name)`` = max(atol, 2 x its float32 drift), and within ``atol`` on
+    the one-call checks (``strict``: name -> their max abs diff), which carry no state to drift."""
 
     atol: float
     per_output: dict[str, float] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)
     float32_drift: dict[str, float] = field(default_factory=dict)
+    strict: dict[str, float] = field(default_factory=dict)
 
     @property
     def max_abs_diff(self) -> float:
@@ -41,9 +43,10 @@ class ParityReport:
 
     @property
     def passed(self) -> bool:
-        return all(v <= self.allowed(k) for k, v in self.per_output.items())
+        return (all(v <= self.allowed(k) for k, v in self.per_output.items())
+                and all(v <= self.atol for v in self.strict.values()))
 
-    def add(self, name: str, reference: np.ndarray, candidate: np.ndarray) -> None:
+    def add(self, name: str, reference: np.ndarray, candidate: np.ndarray, strict: bool = False) -> None:
         reference, candidate = np.asarray(reference), np.asarray(candidate)
         if reference.shape != candidate.shape:
             raise ValueError(f"output {name!r} has shape {candidate.shape}, torch gives {reference.shape}")
@@ -51,18 +54,21 @@ class ParityReport:
         if not np.isfinite(diff):
             diff = float("inf")
         self.per_output[name] = max(self.per_output.get(name, 0.0), diff)
+        if strict:
+            self.strict[name] = max(self.strict.get(name, 0.0), diff)
 
     def merge(self, other: "ParityReport") -> "ParityReport":
         for k, v in other.per_output.items():
             self.per_output[k] = max(self.per_output.get(k, 0.0), v)
-        for k, v in other.float32_drift.items():
-            self.float32_drift[k] = max(self.float32_drift.get(k, 0.0), v)
+        for mine, theirs in ((self.float32_drift, other.float32_drift), (self.strict, other.strict)):
+            for k, v in theirs.items():
+                mine[k] = max(mine.get(k, 0.0), v)
         self.checks += other.checks
         return self
 
     def as_dict(self) -> dict:
         return {"max_abs_diff": self.max_abs_diff, "per_output": dict(self.per_output), "atol": self.atol,
-                "float32_drift": dict(self.float32_drift),
+                "float32_drift": dict(self.float32_drift), "strict": dict(self.strict),
                 "allowed": {k: self.allowed(k) for k in self.per_output}, "passed": self.passed,
                 "checks": list(self.checks)}
 
@@ -97,7 +103,7 @@ def compare_once(spec: ModuleSpec, runner: Runner, inputs: dict[str, torch.Tenso
     got = runner({k: v.numpy() for k, v in inputs.items()})
     report = ParityReport(atol, checks=[f"one call, batch {next(iter(inputs.values())).shape[0]}"])
     for name, r, c in zip(spec.outputs, ref, got):
-        report.add(name, r.numpy(), c)
+        report.add(name, r.numpy(), c, strict=True)
     return report
 
 
