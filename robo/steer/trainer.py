@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from stable_baselines3 import SAC
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 from tqdm import tqdm
 
@@ -366,6 +367,9 @@ class SteerTrainer:
                                      progress_bar=False)
             except DivergenceError as e:
                 raise DivergenceError(f"training diverged: {e}. Last good checkpoint: {latest}") from e
+        elif isinstance(self.model, SAC):  # resumed at its budget: no learn() set SB3's logger up
+            log.info("the run is already at total_env_steps=%d: only the final evaluation", self.budget)
+            self.model.set_logger(Logger(folder=None, output_formats=[]))
         self.save_checkpoint()
         final = {**self.evaluate(int(self.c["eval"]["episodes"])), "final": True}
         self.record_eval(final)

@@ -192,6 +192,9 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     r = robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # the run's own config, base included
     assert r.returncode == 0, r.stderr
     assert 200 <= json.loads((run / "metrics.json").read_text())["env_steps"] < 204
+    r = robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # already there: evaluates, trains nothing
+    assert r.returncode == 0 and "policy_success_rate" in r.stdout, r.stderr
+    assert 200 <= json.loads((run / "metrics.json").read_text())["env_steps"] < 204
     r = robo("steer", "algo.noise_bound=0.5", f"resume={run}", cwd=tmp_path)
     assert r.returncode != 0 and "cannot change on resume: algo.noise_bound" in r.stderr
     r = robo("steer", "task=obstacle_reach", cwd=tmp_path)
