@@ -277,7 +277,7 @@ class BetaflightFirmware:
         SITL cannot bind its MSP port right after the previous process ("bind port 5761 for UART1 failed!!" in
         sitl.log, though it sets SO_REUSEADDR) and runs on without MSP; such a process is replaced."""
         path = self.run_dir / "sitl.log"
-        for attempt in range(attempts):
+        for _ in range(attempts):
             start = path.stat().st_size if path.exists() else 0
             with open(path, "ab") as log:
                 self._proc = subprocess.Popen([str(binary)], cwd=self.run_dir, stdout=log, stderr=subprocess.STDOUT,
