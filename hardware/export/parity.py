@@ -41,10 +41,14 @@ class ParityReport:
     def allowed(self, name: str) -> float:
         return max(self.atol, 2.0 * self.float32_drift.get(name, 0.0))
 
+    def failures(self) -> list[str]:
+        """Each output over its bound, as ``"<name> by <diff> > <bound>"``; empty when the export passes."""
+        return ([f"{k} by {v:.3g} > {self.allowed(k):.3g}" for k, v in self.per_output.items() if v > self.allowed(k)]
+                + [f"{k} by {v:.3g} in one call" for k, v in self.strict.items() if v > self.atol])
+
     @property
     def passed(self) -> bool:
-        return (all(v <= self.allowed(k) for k, v in self.per_output.items())
-                and all(v <= self.atol for v in self.strict.values()))
+        return not self.failures()
 
     def add(self, name: str, reference: np.ndarray, candidate: np.ndarray, strict: bool = False) -> None:
         reference, candidate = np.asarray(reference), np.asarray(candidate)
@@ -70,6 +74,7 @@ class ParityReport:
         return {"max_abs_diff": self.max_abs_diff, "per_output": dict(self.per_output), "atol": self.atol,
                 "float32_drift": dict(self.float32_drift), "strict": dict(self.strict),
                 "allowed": {k: self.allowed(k) for k in self.per_output}, "passed": self.passed,
+                "failures": self.failures(),
                 "checks": list(self.checks)}
 
 
