@@ -29,7 +29,8 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's SAC clamps its actor's log-std to
 class GaussianNoiseActor(torch.nn.Module):
     """SAC's squashed Gaussian over the noise: ``tanh(mean + exp(log_std) * N(0, I))``, the mean
     from ``actor`` (an ``MLPActor``) and the log-std from a linear layer on its last hidden layer.
-    ``forward(window (B, W)) -> (B, noise_dim)`` in [-1, 1], a fresh sample per call."""
+    ``forward(window (B, W), eps (B, noise_dim) | None) -> (B, noise_dim)`` in [-1, 1]: ``eps`` is the
+    standard-normal draw (None: a fresh one from the global generator)."""
 
     def __init__(self, actor: MLPActor, log_std: torch.nn.Linear | None = None):
         super().__init__()
@@ -37,11 +38,11 @@ class GaussianNoiseActor(torch.nn.Module):
         hidden = actor.config.hidden_dims[-1] if actor.config.hidden_dims else actor.config.obs_dim
         self.log_std = log_std if log_std is not None else torch.nn.Linear(hidden, actor.config.action_dim)
 
-    def forward(self, window: torch.Tensor) -> torch.Tensor:
+    def forward(self, window: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         a = self.actor
         latent = a.net[:-2]((window - a.obs_mean) / a.obs_std)  # all but the mean layer and its tanh
         std = self.log_std(latent).clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
-        return torch.tanh(a.net[-2](latent) + std * torch.randn_like(std))
+        return torch.tanh(a.net[-2](latent) + std * (torch.randn_like(std) if eps is None else eps))
 
 
 def make_noise_actor(config: SteeredConfig) -> MLPActor | GaussianNoiseActor:
@@ -65,8 +66,10 @@ def check_base(base: ChunkedPolicy) -> None:
 class SteeredPolicy:
     """``ChunkedPolicy`` whose initial noise comes from a learned actor instead of N(0, I).
 
-    ``act(obs (B, obs_dim), noise=None) -> (B, action_dim)``: the ``noise`` argument is accepted
-    for compatibility with the chunked evaluation path and ignored (the actor chooses it).
+    ``act(obs (B, obs_dim), noise=None) -> (B, action_dim)``: the actor chooses the base's noise. A
+    stochastic actor (``config.stochastic``) takes ``noise`` (B, horizon, action_dim), N(0, I) as the chunked
+    evaluation path draws it per episode, for its Gaussian's standard-normal draw, so a seeded evaluation
+    scores the same policy the same; None draws it afresh. A deterministic actor ignores ``noise``.
     """
 
     kind = "steered"
@@ -106,11 +109,23 @@ class SteeredPolicy:
         return tuple(self.base.noise_shape)
 
     @torch.no_grad()
-    def noise(self, window: torch.Tensor) -> torch.Tensor:
-        """window (B, n_obs_steps, obs_dim) raw -> noise (B, horizon, action_dim) in [-bound, bound]
-        (drawn afresh each call when the config is stochastic)."""
-        out = self.model(window.reshape(window.shape[0], -1).float())
-        return (self.config.noise_bound * out).reshape(window.shape[0], *self.noise_shape)
+    def noise(self, window: torch.Tensor, eps: ArrayLike | None = None) -> torch.Tensor:
+        """window (B, n_obs_steps, obs_dim) raw -> noise (B, horizon, action_dim) in [-bound, bound]. A stochastic
+        config samples it with the standard-normal draw ``eps`` (B, horizon, action_dim) (None: drawn afresh);
+        a deterministic one ignores ``eps``."""
+        B = window.shape[0]
+        flat = window.reshape(B, -1).float()
+        if self.config.stochastic:
+            if eps is not None:
+                eps = torch.as_tensor(eps, dtype=torch.float32)
+                if tuple(eps.shape) != (B, *self.noise_shape):
+                    raise ValueError(f"noise has shape {tuple(eps.shape)}, expected ({B}, "
+                                     f"{', '.join(map(str, self.noise_shape))})")
+                eps = eps.reshape(B, -1)
+            out = self.model(flat, eps)
+        else:
+            out = self.model(flat)
+        return (self.config.noise_bound * out).reshape(B, *self.noise_shape)
 
     def reset(self, mask: ArrayLike | None = None) -> None:
         self.base.reset(mask)
@@ -130,18 +145,18 @@ class SteeredPolicy:
         filled = x[:, None].expand_as(self._window)
         self._window = torch.where(self._fresh[:, None, None], filled, shifted)
         self._fresh = torch.zeros(B, dtype=torch.bool)
-        steer = self.noise(self._window)
+        steer = self.noise(self._window, noise)
         action = torch.as_tensor(self.base.act(x, noise=steer))
         return action.numpy() if isinstance(obs, np.ndarray) else action
 
     @torch.no_grad()
     def predict_chunk(self, obs_history: ArrayLike, noise: ArrayLike | None = None) -> ArrayLike:
-        """obs_history (B, n_obs_steps, obs_dim) -> (B, horizon, action_dim); ``noise`` is ignored."""
+        """obs_history (B, n_obs_steps, obs_dim) -> (B, horizon, action_dim); ``noise``: as ``act``'s."""
         hist = torch.as_tensor(obs_history, dtype=torch.float32)
         if hist.ndim != 3 or tuple(hist.shape[1:]) != (self.n_obs_steps, self.obs_dim):
             raise ValueError(f"obs_history has shape {tuple(hist.shape)}, expected (B, {self.n_obs_steps}, "
                              f"{self.obs_dim})")
-        chunk = self.base.predict_chunk(hist, self.noise(hist))
+        chunk = self.base.predict_chunk(hist, self.noise(hist, noise))
         return np.asarray(chunk) if isinstance(obs_history, np.ndarray) else torch.as_tensor(chunk)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

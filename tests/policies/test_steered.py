@@ -77,6 +77,18 @@ def test_a_stochastic_steered_policy_samples_its_noise_and_round_trips(tmp_path)
     np.testing.assert_array_equal(a.numpy(), loaded.noise(window).numpy())  # same weights, same draws
     pre_tanh = torch.atanh((a / 1.5).clamp(-0.999999, 0.999999))
     assert pre_tanh.std(0).mean().item() == pytest.approx(0.3, abs=0.02)
+    # a given standard-normal draw sets the sample: the same draw, the same noise; another draw, another noise
+    eps = torch.randn(4000, 8, 2)
+    given = steered.noise(window, eps)
+    np.testing.assert_array_equal(given.numpy(), loaded.noise(window, eps.numpy()).numpy())
+    actor = steered.model.actor
+    with torch.no_grad():
+        mean = actor.net[:-1]((window.reshape(4000, -1) - actor.obs_mean) / actor.obs_std)  # before the tanh
+        expected = 1.5 * torch.tanh(mean + 0.3 * eps.reshape(4000, -1))
+    np.testing.assert_allclose(given.numpy(), expected.reshape(4000, 8, 2).numpy(), atol=1e-5)
+    assert not torch.equal(given, steered.noise(window, -eps))
+    with pytest.raises(ValueError, match=r"noise has shape \(4000, 16\), expected \(4000, 8, 2\)"):
+        steered.noise(window, torch.zeros(4000, 16))
     with pytest.raises(ValueError, match="stochastic"):
         SteeredPolicy(base, cfg, SteeredPolicy.for_base(base, hidden_dims=[16]).model)
 
