@@ -80,21 +80,21 @@ def previous_action_for(policy: Policy, env) -> Iterator[str]:
         env.previous_action_mode = before
 
 
-def flown_policy(name: str, previous_action: str = "auto") -> Policy:
+def flown_policy(name: str, previous_action: str = "auto", path: str | None = None) -> Policy:
     """``robo.factory.policy_by_name(name)`` (``raptor``, ``robo_foundation`` or a robo checkpoint folder) as a flight
     with the ``previous_action`` setting flies it, as ``robo eval`` does: RAPTOR's released policy gives its raw,
     unclipped output where the flight feeds it L2F's convention (``auto``, which resolves to ``raw_motor_state`` for
     it, or ``raw_motor_state``), the output L2F fed back to it in training; under ``clipped_hover`` it clips, as
     ``load_raptor`` does by default. The sim's step or the robot's safety layer clips the command it applies either
     way: only the observation's previous action differs. Checkpoints, robo's foundation policy included, load as
-    saved."""
+    saved. ``path``: RAPTOR's HDF5 checkpoint (None: the released one)."""
     from policies.foundation import load_raptor
     from robo.factory import policy_by_name
     from sims.envs.config import check_previous_action
 
     check_previous_action(previous_action)
     if name == "raptor":
-        return load_raptor(clip_actions=previous_action == "clipped_hover")
+        return load_raptor(path, clip_actions=previous_action == "clipped_hover")
     return policy_by_name(name)
 
 

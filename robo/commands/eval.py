@@ -10,8 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from policies.chunked import ChunkedPolicy
-from policies.foundation import load_raptor
-from robo.evaluate import flight_device, flight_metrics, resolve_previous_action, rollout
+from robo.evaluate import flight_device, flight_metrics, flown_policy, resolve_previous_action, rollout
 from robo.factory import make_policy, make_task
 from robo.media import write_flight_media
 from robo.run_dir import seed_run, write_json, write_resolved_config
@@ -28,10 +27,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     policy = make_policy(c["policy"])
     # task.previous_action: auto flies a RAPTOR-compatible policy the way L2F fed RAPTOR (raw_motor_state)
     previous_action = resolve_previous_action(c["task"].get("previous_action", "auto"), policy)
-    if c["policy"]["kind"] == "raptor" and previous_action == "raw_motor_state":
-        # RAPTOR's last layer is linear and L2F clips its output only in the step, so the observation gets the raw
-        # output; robo's loader would clip it in the policy (the applied command is the same either way)
-        policy = load_raptor(c["policy"].get("path"), clip_actions=False)
+    if c["policy"]["kind"] == "raptor":  # its raw output where the flight feeds it L2F's previous action
+        policy = flown_policy("raptor", previous_action, c["policy"].get("path"))
     device = flight_device(c.get("device", "auto"), policy, c["sim"])
     task = make_task({**c["task"], "previous_action": previous_action}, c["robot"], c["sim"], int(cfg.num_envs),
                      seed=int(cfg.seed), device=device)
