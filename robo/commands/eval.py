@@ -24,11 +24,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["task"].get("kind") == "imitation":
         return evaluate_imitation(c, run_dir)
-    policy = make_policy(c["policy"])
+    requested = c["task"].get("previous_action", "auto")
+    # RAPTOR gives its raw output where the flight feeds it L2F's previous action (flown_policy)
+    policy = flown_policy("raptor", requested, c["policy"].get("path")) if c["policy"]["kind"] == "raptor" \
+        else make_policy(c["policy"])
     # task.previous_action: auto flies a RAPTOR-compatible policy the way L2F fed RAPTOR (raw_motor_state)
-    previous_action = resolve_previous_action(c["task"].get("previous_action", "auto"), policy)
-    if c["policy"]["kind"] == "raptor":  # its raw output where the flight feeds it L2F's previous action
-        policy = flown_policy("raptor", previous_action, c["policy"].get("path"))
+    previous_action = resolve_previous_action(requested, policy)
     device = flight_device(c.get("device", "auto"), policy, c["sim"])
     task = make_task({**c["task"], "previous_action": previous_action}, c["robot"], c["sim"], int(cfg.num_envs),
                      seed=int(cfg.seed), device=device)
