@@ -251,3 +251,14 @@ def test_a_worse_steered_policy_is_not_deployed_and_a_clearly_better_one_is(tmp_
     assert decision == final["deploy"] and decision["base_success"] == 0.62
     assert (decision["deployed"] == "base") == (deployed_kind == "diffusion")
     assert ("kept the base policy" in caplog.text) == (deployed_kind == "diffusion")
+
+
+def test_pusht_preset_is_the_guide_recipe():
+    """`+experiment=steer_pusht` composes to the overrides the push-T table was measured with."""
+    from tests.hydra_configs import composed_dict
+    recipe = ["task=pusht", "total_env_steps=300000", "eval_every=25000", "checkpoint_every=25000",
+              "algo.noise_bound=1.5", "algo.stochastic=true", "+algo.kwargs.n_steps=5", "algo.critic_layer_norm=false",
+              "eval.validation_seed=100100", "eval.episodes=1000", "eval.seed=200000"]
+    preset = composed_dict("steer", "+experiment=steer_pusht", "base=x")
+    assert preset == composed_dict("steer", "base=x", *recipe)
+    assert preset["algo"]["critic_layer_norm"] is False and preset["algo"]["kwargs"]["n_steps"] == 5
