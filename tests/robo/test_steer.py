@@ -9,6 +9,7 @@ from stable_baselines3.common.env_checker import check_env
 
 import sims  # noqa: F401  (registers the envs)
 from robo.steer import ActionChunkEnv, LatentNoiseEnv, ResidualChunkEnv
+from tests.hydra_configs import composed_dict
 from tests.policies.test_steered import tiny_diffusion, tiny_energy
 from tests.robo.cli_run import robo
 
@@ -255,7 +256,6 @@ def test_a_worse_steered_policy_is_not_deployed_and_a_clearly_better_one_is(tmp_
 
 def test_pusht_preset_is_the_guide_recipe():
     """`+experiment=steer_pusht` composes to the overrides the push-T table was measured with."""
-    from tests.hydra_configs import composed_dict
     recipe = ["task=pusht", "total_env_steps=300000", "eval_every=25000", "checkpoint_every=25000",
               "algo.noise_bound=1.5", "algo.stochastic=true", "+algo.kwargs.n_steps=5", "algo.critic_layer_norm=false",
               "eval.validation_seed=100100", "eval.episodes=1000", "eval.seed=200000"]
