@@ -85,7 +85,8 @@ def main() -> None:
         for setting in args.settings.split(","):
             for name, words in RUNS[setting].items():
                 for seed in range(args.seeds):
-                    cfg = command_config(ap, "train", [*BENCH_DEFAULTS, *words, *args.overrides, f"seed={seed}"])
+                    cfg = command_config(ap, "train", args.overrides, defaults=[*BENCH_DEFAULTS, *words],
+                                         forced=[f"seed={seed}"])
                     t0 = time.time()
                     trainer = Trainer(OmegaConf.to_container(cfg, resolve=True), Path(tmp) / f"{setting}_{name}_{seed}")
                     trainer.train(progress=False)

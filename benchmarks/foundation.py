@@ -52,7 +52,7 @@ def main() -> None:
                     help="also distil from these runs' done teachers (e.g. a run with another seed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parse(ap)
-    node = command_config(ap, "foundation", BENCH_DEFAULTS + args.overrides)
+    node = command_config(ap, "foundation", args.overrides, defaults=BENCH_DEFAULTS)
     try:
         cfg = FoundationRunConfig.from_dict(OmegaConf.to_container(node, resolve=True))
     except ValueError as e:  # a value the pipeline's config refuses

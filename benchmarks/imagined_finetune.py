@@ -166,10 +166,10 @@ def main() -> None:
                     help="keep generated segments whose mean one-step residual under the ensemble is at most this")
     ap.add_argument("--json", default=None)
     args = parse(ap)
-    name = command_config(ap, "imagine", [*BENCH_DEFAULTS, *args.overrides]).task.name
+    name = command_config(ap, "imagine", args.overrides, defaults=BENCH_DEFAULTS).task.name
     if name not in TASK_DEFAULTS:
         fail(ap, f"task={name}: choose task=obstacle_reach or task=pusht")
-    cfg = command_config(ap, "imagine", [*BENCH_DEFAULTS, *TASK_DEFAULTS[name], *args.overrides])
+    cfg = command_config(ap, "imagine", args.overrides, defaults=[*BENCH_DEFAULTS, *TASK_DEFAULTS[name]])
     m, r = cfg.model, cfg.synthesize
     if name == "pusht" and not r.base:
         fail(ap, "task=pusht needs synthesize.base=<chunked policy checkpoint>")

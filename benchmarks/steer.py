@@ -104,9 +104,9 @@ def main() -> None:
     args = parse(ap)
     if any(o.lstrip("+~").startswith("algo=") for o in args.overrides):
         fail(ap, "the methods are --methods (each is algo=<method>); give algo.<key>=<value> to change them all")
-    configs = {name: command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides, f"algo={name}"])
+    configs = {name: command_config(ap, "steer", args.overrides, defaults=BENCH_DEFAULTS, forced=[f"algo={name}"])
                for name in args.methods.split(",")}
-    cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])  # the base's evaluation: algo=dsrl's box
+    cfg = command_config(ap, "steer", args.overrides, defaults=BENCH_DEFAULTS)  # the base's evaluation: algo=dsrl's box
     if not cfg.base:
         fail(ap, "base is required: add base=<chunked policy checkpoint folder> (e.g. <run>/checkpoints/latest/policy)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -94,7 +94,7 @@ def main() -> None:
                     help="cut imagined episodes where the members disagree by more than this (normalized units)")
     ap.add_argument("--target", type=float, default=0.85, help="success rate whose first evaluation is reported")
     args = parse(ap)
-    cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
+    cfg = command_config(ap, "steer", args.overrides, defaults=BENCH_DEFAULTS)
     if cfg.task.name != "obstacle_reach" or cfg.algo.mode != "latent":
         fail(ap, "this benchmark steers on the toy task with DSRL: task=obstacle_reach, a latent algo (algo=dsrl)")
     if not cfg.base:

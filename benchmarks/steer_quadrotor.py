@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--mass-scale", type=float, default=1.15, help="the heavier Crazyflie's mass / the nominal one's")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_steer_quadrotor"))
     args = parse(ap)
-    cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
+    cfg = command_config(ap, "steer", args.overrides, defaults=BENCH_DEFAULTS)
     if bool(args.teacher) == bool(cfg.base):
         fail(ap, "give one base policy: --teacher <hover policy> (imitated here) or base=<chunked policy checkpoint>")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -119,7 +119,7 @@ def main() -> None:
         fail(ap, "the bases, SAC seeds and methods are --bases, --seeds and --methods")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
-    cfg = command_config(ap, "steer", [*BENCH_DEFAULTS, *args.overrides])
+    cfg = command_config(ap, "steer", args.overrides, defaults=BENCH_DEFAULTS)
     rows = []
     for k in range(args.bases):
         folder = base_folder(k, args.base_policy, args.out)
@@ -128,9 +128,9 @@ def main() -> None:
         base_success = success(base, OmegaConf.to_container(cfg, resolve=True))
         for s in range(args.seeds):
             for method in args.methods.split(","):
-                c = OmegaConf.to_container(command_config(ap, "steer", [
-                    *BENCH_DEFAULTS, *args.overrides, f"base={policy_dir}", f"seed={s}", f"algo={method}"]),
-                    resolve=True)
+                c = OmegaConf.to_container(command_config(
+                    ap, "steer", args.overrides, defaults=BENCH_DEFAULTS,
+                    forced=[f"base={policy_dir}", f"seed={s}", f"algo={method}"]), resolve=True)
                 row = {"base": k, "seed": s, "method": method, "base_success": base_success,
                        **run_one(c, base, folder / f"{method}_seed{s}", args.target)}
                 logging.info("run: %s", row)

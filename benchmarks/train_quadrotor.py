@@ -105,7 +105,8 @@ def main() -> None:
     ap.add_argument("--skip-figure-eight", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parse(ap)
-    configs = {c: [command_config(ap, "train", [*BENCH_DEFAULTS, *args.overrides, f"curriculum={c}", f"seed={s}"])
+    configs = {c: [command_config(ap, "train", args.overrides, defaults=BENCH_DEFAULTS,
+                                      forced=[f"curriculum={c}", f"seed={s}"])
                    for s in range(args.seeds)] for c in args.curricula.split(",")}
     n = args.figure_eight_steps
     figure_eight = None if args.skip_figure_eight else command_config(ap, "train", [

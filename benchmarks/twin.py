@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--skip-twin", action="store_true", help="only the fine-tuning rows")
     ap.add_argument("--finetune", action="store_true", help="also fine-tune on the robot (total_steps real steps)")
     args = parse(ap)
-    cfg = command_config(ap, "finetune", [*BENCH_DEFAULTS, *args.overrides])
+    cfg = command_config(ap, "finetune", args.overrides, defaults=BENCH_DEFAULTS)
     if cfg.reset not in RESETS:
         fail(ap, f"reset={cfg.reset}: choose one of {', '.join(RESETS)}")
     if args.skip_twin and not args.finetune:

@@ -100,7 +100,7 @@ def main() -> None:
     unknown = sorted(set(names) - TASK_DEFAULTS.keys())
     if unknown:
         fail(ap, f"--tasks {','.join(unknown)}: choose among {', '.join(TASK_DEFAULTS)}")
-    configs = {name: command_config(ap, "imagine", [f"task={name}", *TASK_DEFAULTS[name], *args.overrides])
+    configs = {name: command_config(ap, "imagine", args.overrides, defaults=[f"task={name}", *TASK_DEFAULTS[name]])
                for name in names}
     torch.set_num_threads(1)
     torch.manual_seed(int(configs[names[0]].seed))  # once: the tasks share the seed and the generator

@@ -274,16 +274,17 @@ def _hydra_file(run_dir: Path, name: str):
     return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
 
 
-def compose(command: str, overrides: list[str]):
+def compose(command: str, overrides: list[str], return_hydra_config: bool = False):
     """``configs/<command>.yaml`` composed with Hydra ``overrides`` as ``hydra.main`` composes it (a DictConfig,
-    without the ``hydra`` node); inside a running ``robo`` command, from its already initialized search path."""
+    without the ``hydra`` node unless ``return_hydra_config``: its ``runtime.choices`` name each group's option);
+    inside a running ``robo`` command, from its already initialized search path."""
     from hydra import compose as hydra_compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():
-        return hydra_compose(command, overrides=list(overrides))
+        return hydra_compose(command, overrides=list(overrides), return_hydra_config=return_hydra_config)
     with initialize_config_module("robo.configs", version_base="1.3"):
-        return hydra_compose(command, overrides=list(overrides))
+        return hydra_compose(command, overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
 def _compose_defaults(command: str, run_dir: Path, overrides: list[str]) -> dict:
