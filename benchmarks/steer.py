@@ -61,12 +61,8 @@ class DrawnNoise:
 
 def run_method(name: str, base, cfg, args, out: Path) -> list[dict]:
     c = OmegaConf.to_container(cfg, resolve=True)
-    task, e = c["task"], c["eval"]
+    task = c["task"]
     latent = c["algo"]["mode"] == "latent"
-    # a steered policy's final score comes from the batched evaluation below: the trainer's own
-    # (one wrapper env, a chunk decoded per decision) then needs only the training-evaluation size
-    if latent:
-        e["episodes"] = e["episodes_during_training"]
     t0 = time.time()
     (out / name).mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, out / name / "config.yaml")  # the run's own settings (benchmarks/steer_diagnose.py reads them)
@@ -77,11 +73,8 @@ def run_method(name: str, base, cfg, args, out: Path) -> list[dict]:
            "episodes": final["episodes"], "wall_min": (time.time() - t0) / 60}
     hit = [h["env_steps"] for h in trainer.history if h["success_rate"] >= args.target]
     row["steps_to_target"] = hit[0] if hit else "-"
-    if latent:  # the exported steered policy, through the chunked evaluation path
-        m = evaluate_chunked_policy(trainer.steered_policy(), task["env_id"], int(cfg.eval.episodes),
-                                    seed=int(cfg.eval.seed), env_kwargs=task.get("env_kwargs") or {},
-                                    max_steps=task["eval"].get("max_steps"))
-        row.update(success=m["success_rate"], episodes=int(cfg.eval.episodes), method=f"{name} (steered policy)")
+    if latent:  # the trainer scored the final steered policy through the chunked evaluation path
+        row["method"] = f"{name} (steered policy)"
         if "deploy" in final:  # checkpoints/best: the deploy gate's pick, the steered policy or the base
             deployed = load_policy(out / name / "checkpoints" / "best" / "policy")
             m = evaluate_chunked_policy(deployed, task["env_id"], int(cfg.eval.episodes), seed=int(cfg.eval.seed),

@@ -251,7 +251,8 @@ class SteerTrainer:
                                                        for k, v in m.items()})
         if isinstance(self.model, SAC):
             for k in ("success_rate", "mean_return"):
-                self.model.logger.record(f"eval/{k}", m[k])
+                if k in m:
+                    self.model.logger.record(f"eval/{k}", m[k])
         earlier = [h["success_rate"] for h in self.history[:-1] if not h.get("final")]
         if self.mode == "latent" and (not earlier or (not m.get("final") and m["success_rate"] > max(earlier))):
             # steering's evaluations can dip late in training: keep the best steered policy too
@@ -280,14 +281,29 @@ class SteerTrainer:
             return SteeredPolicy(self.base, cfg, GaussianNoiseActor(actor, copy.deepcopy(self.model.actor.log_std)))
         return SteeredPolicy(self.base, cfg, actor)
 
+    def chunked_metrics(self, policy, episodes: int, seed: int) -> dict[str, float]:
+        """A chunked policy on ``episodes`` task episodes from env seed ``seed``, batched, its noise seeded per
+        episode (``evaluate_chunked_policy``, as ``robo eval`` scores any chunked policy)."""
+        t = (self.c.get("task") or {}).get("eval") or {}
+        return evaluate_chunked_policy(policy, lambda render_mode=None: self._make_task_env(), episodes, seed=seed,
+                                       num_envs=int(t.get("num_envs", 50)), max_steps=t.get("max_steps"))
+
+    def evaluate_final(self) -> dict:
+        """The final evaluation, ``eval.episodes`` episodes from ``eval.seed``: a steered policy (algo.mode=latent)
+        through ``chunked_metrics`` (its ``mean_env_steps`` is the episode length; no ``mean_return``: the wrapper's
+        reward is not the task's), the other modes' agents through their wrapper env (``evaluate``)."""
+        e = self.c["eval"]
+        if self.mode != "latent":
+            return {**self.evaluate(int(e["episodes"])), "final": True}
+        m = self.chunked_metrics(self.steered_policy(), int(e["episodes"]), int(e["seed"]))
+        return {"env_steps": self.env_steps, "wall_time": time.time() - self.start_time,
+                "success_rate": m["success_rate"], "mean_env_steps": m["mean_length"], "episodes": int(e["episodes"]),
+                "final": True}
+
     # deployment ---------------------------------------------------------------------------
     def score(self, policy, episodes: int, seed: int) -> float:
         """Success rate of a chunked policy on ``episodes`` episodes from env seed ``seed`` (batched)."""
-        t = self.c.get("task") or {}
-        m = evaluate_chunked_policy(policy, lambda render_mode=None: self._make_task_env(), episodes, seed=seed,
-                                    num_envs=int((t.get("eval") or {}).get("num_envs", 50)),
-                                    max_steps=(t.get("eval") or {}).get("max_steps"))
-        return float(m["success_rate"])
+        return float(self.chunked_metrics(policy, episodes, seed)["success_rate"])
 
     def deploy(self) -> Decision | None:
         """Write ``checkpoints/best``: the steered policy (the best during training or the final one) if it
@@ -371,7 +387,7 @@ class SteerTrainer:
             log.info("the run is already at total_env_steps=%d: only the final evaluation", self.budget)
             self.model.set_logger(Logger(folder=None, output_formats=[]))
         self.save_checkpoint()
-        final = {**self.evaluate(int(self.c["eval"]["episodes"])), "final": True}
+        final = self.evaluate_final()
         self.record_eval(final)
         decision = self.deploy()
         if decision is not None:

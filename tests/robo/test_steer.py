@@ -150,12 +150,17 @@ def test_training_evaluations_pick_the_best_on_other_seeds_than_the_final_one(tm
             if "best" in str(path):
                 saved.append(trainer.history[-1]["success_rate"])
 
+        def scripted_final(policy, episodes, seed):  # the final one scores the steered policy, batched
+            calls.append((episodes, seed))
+            return {"success_rate": next(scores), "mean_length": 0.0}
+
         monkeypatch.setattr(trainer_module, "evaluate_agent", scripted_evaluation)
         e = {"episodes": 5, "episodes_during_training": 2, "seed": 1000, **eval_config}
         c = {"algo": algo, "total_env_steps": 24, "num_envs": 1, "seed": 0, "eval_every": eval_every,
              "checkpoint_every": 100, "eval": e, "deploy": {"gate": False}}  # the gate has its own test
         trainer = SteerTrainer(c, tmp_path / folder, tiny_diffusion(), lambda: gym.make(TOY), progress=False)
         monkeypatch.setattr(trainer, "steered_policy", lambda: type("Stub", (), {"save": save})())
+        monkeypatch.setattr(trainer, "chunked_metrics", scripted_final)
         return calls, saved, trainer.train()
 
     calls, saved, final = run("a", 8, [0.2, 0.6, 0.4, 1.0])  # three evaluations during training, then the final
@@ -177,8 +182,11 @@ TINY_STEER = ["task=obstacle_reach", "total_env_steps=120", "eval_every=60", "ch
 def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     import json
 
+    from omegaconf import OmegaConf
+
     from policies.registry import load_policy
     from policies.steered import SteeredPolicy
+    from robo.imitation.evaluate import evaluate_chunked_policy
 
     tiny_diffusion().save(tmp_path / "base")
     run = tmp_path / "run"
@@ -189,6 +197,9 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     assert 120 <= metrics["env_steps"] < 124 and metrics["policy_episodes"] == 3
     policy = load_policy(run / "checkpoints" / "latest" / "policy")
     assert isinstance(policy, SteeredPolicy) and policy.base.kind == "diffusion"
+    c = OmegaConf.load(run / "config.yaml")  # the final evaluation scored this saved policy as robo eval would
+    m = evaluate_chunked_policy(policy, c.task.env_id, 3, seed=c.eval.seed, max_steps=c.task.eval.max_steps)
+    assert (m["success_rate"], m["mean_length"]) == (metrics["success_rate"], metrics["mean_env_steps"])
     assert (run / "plots" / "learning_curve.png").exists()
     r = robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # the run's own config, base included
     assert r.returncode == 0, r.stderr
