@@ -69,14 +69,18 @@ def unset_defaults(command: str, defaults: list[str], overrides: list[str]) -> l
     plain, given = compose(command, kept), compose(command, [*kept, *overrides])
     absent = object()
 
-    def value(cfg: DictConfig, k: str):  # None where it does not resolve yet (${task.eval.seed})
-        node = OmegaConf.to_container(cfg, resolve=False)
+    def value(cfg: DictConfig, tree: dict, k: str):  # ``tree``: cfg unresolved; None where k does not resolve yet
+        node = tree
         for part in k.split("."):
             if not isinstance(node, dict) or part not in node:
                 return absent
             node = node[part]
         return OmegaConf.select(cfg, k, default=None, throw_on_resolution_failure=False)
 
-    # a key the command line's groups lack (task.reward of another task) is dropped too, unless the default adds it
-    return kept + [d for d in defaults if d not in groups and value(plain, key(d)) == value(given, key(d))
-                   and (value(given, key(d)) is not absent or d.startswith("+"))]
+    # a default is dropped where the command line changed its key, and where the command line's groups lack the key
+    # (task.reward of another task), unless the default adds it (+key=...)
+    plain_tree, given_tree = (OmegaConf.to_container(c, resolve=False) for c in (plain, given))
+    unset = [d for d in defaults if d not in groups
+             and value(plain, plain_tree, key(d)) == value(given, given_tree, key(d))
+             and (value(given, given_tree, key(d)) is not absent or d.startswith("+"))]
+    return kept + unset
