@@ -63,13 +63,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if "deploy" in final:
         metrics["deployed"] = final["deploy"]["deployed"]
     if mode == "latent":  # the deployed policy (the gate's pick) through the same path as any chunked policy
-        folder = "best" if "deploy" in final else "latest"
-        policy = load_policy(run_dir / "checkpoints" / folder / "policy")
-        e, te = c["eval"], task["eval"]
         video = run_dir / "videos" / "steered.mp4" if c.get("video", {}).get("enabled", False) else None
-        m = evaluate_chunked_policy(policy, task["env_id"], int(e["episodes"]), seed=int(e["seed"]),
-                                    num_envs=int(te.get("num_envs", 50)), max_steps=te.get("max_steps"),
-                                    video_path=video, env_kwargs=task.get("env_kwargs") or {})
+        if metrics.get("deployed", "final") == "final" and video is None:
+            m = trainer.final_policy_metrics  # the final evaluation just scored this policy on these episodes
+        else:
+            folder = "best" if "deploy" in final else "latest"
+            policy = load_policy(run_dir / "checkpoints" / folder / "policy")
+            e, te = c["eval"], task["eval"]
+            m = evaluate_chunked_policy(policy, task["env_id"], int(e["episodes"]), seed=int(e["seed"]),
+                                        num_envs=int(te.get("num_envs", 50)), max_steps=te.get("max_steps"),
+                                        video_path=video, env_kwargs=task.get("env_kwargs") or {})
         metrics.update({f"policy_{k}": v for k, v in m.items()})
     write_json(run_dir / "eval_history.json", trainer.history)
     write_json(run_dir / "metrics.json", metrics)

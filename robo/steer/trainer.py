@@ -188,6 +188,7 @@ class SteerTrainer:
         self.venv.seed(int(c["seed"]))
         self.model: SAC | None = None
         self.history: list[dict] = []
+        self.final_policy_metrics: dict[str, float] | None = None  # evaluate_final's chunked metrics (latent mode)
         self._env_step_offset = 0
         self.start_time = time.time()
 
@@ -296,6 +297,7 @@ class SteerTrainer:
         if self.mode != "latent":
             return {**self.evaluate(int(e["episodes"])), "final": True}
         m = self.chunked_metrics(self.steered_policy(), int(e["episodes"]), int(e["seed"]))
+        self.final_policy_metrics = m  # robo steer reports these when it deploys this policy
         return {"env_steps": self.env_steps, "wall_time": time.time() - self.start_time,
                 "success_rate": m["success_rate"], "mean_env_steps": m["mean_length"], "episodes": int(e["episodes"]),
                 "final": True}

@@ -200,13 +200,21 @@ def test_cli_steers_resumes_and_exports_one_policy(tmp_path):
     c = OmegaConf.load(run / "config.yaml")  # the final evaluation scored this saved policy as robo eval would
     m = evaluate_chunked_policy(policy, c.task.env_id, 3, seed=c.eval.seed, max_steps=c.task.eval.max_steps)
     assert (m["success_rate"], m["mean_length"]) == (metrics["success_rate"], metrics["mean_env_steps"])
+    deployed = load_policy(run / "checkpoints" / "best" / "policy")  # policy_*: the gate's pick, as robo eval scores it
+    m = evaluate_chunked_policy(deployed, c.task.env_id, 3, seed=c.eval.seed, max_steps=c.task.eval.max_steps)
+    assert (m["success_rate"], m["mean_length"]) == (metrics["policy_success_rate"], metrics["policy_mean_length"])
     assert (run / "plots" / "learning_curve.png").exists()
     r = robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # the run's own config, base included
     assert r.returncode == 0, r.stderr
     assert 200 <= json.loads((run / "metrics.json").read_text())["env_steps"] < 204
-    r = robo("steer", "total_env_steps=200", f"resume={run}", cwd=tmp_path)  # already there: evaluates, trains nothing
+    # already there: evaluates, trains nothing; without the gate it reports the final policy it just scored
+    r = robo("steer", "total_env_steps=200", "deploy.gate=false", f"resume={run}", cwd=tmp_path)
     assert r.returncode == 0 and "policy_success_rate" in r.stdout, r.stderr
-    assert 200 <= json.loads((run / "metrics.json").read_text())["env_steps"] < 204
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert 200 <= metrics["env_steps"] < 204 and "deployed" not in metrics
+    m = evaluate_chunked_policy(load_policy(run / "checkpoints" / "latest" / "policy"), c.task.env_id, 3,
+                                seed=c.eval.seed, max_steps=c.task.eval.max_steps)
+    assert (m["success_rate"], m["mean_length"]) == (metrics["policy_success_rate"], metrics["policy_mean_length"])
     r = robo("steer", "algo.noise_bound=0.5", f"resume={run}", cwd=tmp_path)
     assert r.returncode != 0 and "cannot change on resume: algo.noise_bound" in r.stderr
     r = robo("steer", "task=obstacle_reach", cwd=tmp_path)
