@@ -76,14 +76,8 @@ def run_method(name: str, base, cfg, args, out: Path) -> list[dict]:
     if latent:  # the trainer scored the final steered policy through the chunked evaluation path
         row["method"] = f"{name} (steered policy)"
         if "deploy" in final:  # checkpoints/best: the deploy gate's pick, the steered policy or the base
-            kind = final["deploy"]["deployed"]
-            if kind == "final":  # the policy the trainer just scored on these episodes
-                return [row, {**row, "method": f"{name} (deployed: final)"}]
-            deployed = load_policy(out / name / "checkpoints" / "best" / "policy")
-            m = evaluate_chunked_policy(deployed, task["env_id"], int(cfg.eval.episodes), seed=int(cfg.eval.seed),
-                                        env_kwargs=task.get("env_kwargs") or {},
-                                        max_steps=task["eval"].get("max_steps"))
-            return [row, {**row, "method": f"{name} (deployed: {kind})", "success": m["success_rate"]}]
+            return [row, {**row, "method": f"{name} (deployed: {final['deploy']['deployed']})",
+                          "success": trainer.deployed_metrics(final)["success_rate"]}]
     return [row]
 
 

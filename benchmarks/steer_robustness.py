@@ -74,7 +74,8 @@ def run_one(c: dict, base, folder: Path, target: float) -> dict:
            "wall_min": (time.time() - t0) / 60}
     if latent:
         row["final"] = final["success_rate"]
-        row["deployed"] = success(load_policy(folder / "checkpoints" / "best" / "policy"), c)
+        row["deployed"] = (trainer.deployed_metrics(final)["success_rate"] if "deploy" in final  # the gate's pick
+                           else success(load_policy(folder / "checkpoints" / "best" / "policy"), c))  # no gate
         row["deployed_kind"] = final.get("deploy", {}).get("deployed", "best during training")
         row["gate_lower_bound"] = final.get("deploy", {}).get("lower_bound")
     else:

@@ -64,9 +64,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         metrics["deployed"] = final["deploy"]["deployed"]
     if mode == "latent":  # the deployed policy (the gate's pick) through the same path as any chunked policy
         video = run_dir / "videos" / "steered.mp4" if c.get("video", {}).get("enabled", False) else None
-        if metrics.get("deployed", "final") == "final" and video is None:
-            m = trainer.final_policy_metrics  # the final evaluation just scored this policy on these episodes
-        else:
+        if video is None:
+            m = trainer.deployed_metrics(final)
+        else:  # the same episodes again, recorded
             folder = "best" if "deploy" in final else "latest"
             policy = load_policy(run_dir / "checkpoints" / folder / "policy")
             e, te = c["eval"], task["eval"]

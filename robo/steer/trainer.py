@@ -297,10 +297,19 @@ class SteerTrainer:
         if self.mode != "latent":
             return {**self.evaluate(int(e["episodes"])), "final": True}
         m = self.chunked_metrics(self.steered_policy(), int(e["episodes"]), int(e["seed"]))
-        self.final_policy_metrics = m  # robo steer reports these when it deploys this policy
+        self.final_policy_metrics = m  # deployed_metrics reports these when the final policy is deployed
         return {"env_steps": self.env_steps, "wall_time": time.time() - self.start_time,
                 "success_rate": m["success_rate"], "mean_env_steps": m["mean_length"], "episodes": int(e["episodes"]),
                 "final": True}
+
+    def deployed_metrics(self, final: dict) -> dict[str, float]:
+        """The deployed policy (latent mode) on the final evaluation's episodes, as ``robo eval`` scores it, given
+        ``train()``'s result: the final evaluation's own metrics where the deployed policy is the final one (the
+        gate's pick ``final``, or no gate: ``checkpoints/latest``), else ``checkpoints/best`` scored again."""
+        if final.get("deploy", {}).get("deployed", "final") == "final":
+            return self.final_policy_metrics
+        e = self.c["eval"]
+        return self.chunked_metrics(load_policy(self.ckpt_dir / BEST / "policy"), int(e["episodes"]), int(e["seed"]))
 
     # deployment ---------------------------------------------------------------------------
     def score(self, policy, episodes: int, seed: int) -> float:
