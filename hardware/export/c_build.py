@@ -17,6 +17,7 @@ import numpy as np
 
 from .c_codegen import CSources, generate_c
 from .cgraph import c_graph
+from .chunked_graph import CHUNKED_KINDS
 from .parity import ParityReport, observation_sequence, reference_rollout
 from .spec import module_spec
 
@@ -112,10 +113,16 @@ def compile_c(sources: list[Path], output: Path, opt: str = "-O2", compile_only:
 
 def export_c(policy, directory: str | Path, prefix: str = "robo_policy", example_steps: int = EXAMPLE_STEPS,
              seed: int = 0) -> CSources:
-    """Write ``{prefix}.h``, ``{prefix}.c`` and ``main.c`` for an MLP or GRU policy into ``directory``.
+    """Write ``{prefix}.h``, ``{prefix}.c`` and ``main.c`` for a policy into ``directory``.
 
-    ``main.c`` embeds ``example_steps`` observations of ``observation_sequence(seed)`` and torch's
-    actions for them, and exits 0 only if the C actions match within 1e-5."""
+    MLP and GRU policies: ``main.c`` embeds ``example_steps`` observations of ``observation_sequence(seed)``
+    and torch's actions for them, and exits 0 only if the C actions match within 1e-5. Action-chunk
+    policies (diffusion, energy, steered) go to ``chunked_build.export_chunked_c``, ``seed`` seeding their
+    C PRNG."""
+    if getattr(policy, "kind", None) in CHUNKED_KINDS:
+        from .chunked_build import export_chunked_c
+
+        return export_chunked_c(policy, directory, prefix, seed)
     graph = c_graph(policy)
     obs = observation_sequence(example_steps, graph.obs_dim, seed)
     sources = generate_c(graph, prefix, obs, reference_rollout(module_spec(policy), obs))
@@ -146,7 +153,12 @@ def c_rollout(sources: CSources, observations: np.ndarray, opt: str = "-O2") -> 
 def verify_c(policy, sources: CSources, steps: int = 500, atol: float = 1e-5, seed: int = 0,
              observations: np.ndarray | None = None) -> ParityReport:
     """Max |C - torch| over a rollout (batch 1) from a reset state on ``observations`` (T, obs_dim)
-    (default: ``steps`` steps of ``observation_sequence(seed)``)."""
+    (default: ``steps`` steps of ``observation_sequence(seed)``); action-chunk policies are checked by
+    ``chunked_build.verify_chunked_c`` (planned chunks for the same noise, then the rollout)."""
+    if getattr(policy, "kind", None) in CHUNKED_KINDS:
+        from .chunked_build import verify_chunked_c
+
+        return verify_chunked_c(policy, sources, steps, atol, seed, observations)
     spec = module_spec(policy)
     obs = observation_sequence(steps, policy.obs_dim, seed) if observations is None else np.asarray(observations)
     if obs.ndim != 2 or obs.shape[1] != policy.obs_dim:

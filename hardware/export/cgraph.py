@@ -213,6 +213,7 @@ def c_graph(policy) -> CGraph:
     """The ``CGraph`` of an MLP or GRU policy; other kinds raise a ``ValueError`` saying what to do."""
     kind = getattr(policy, "kind", None)
     if kind not in _GRAPHS:
-        raise ValueError(f"C export supports MLP and GRU policies (kinds {c_exportable_kinds()}), not {kind!r}; "
-                         "export this policy with format=onnx or format=torchscript instead")
+        raise ValueError(f"C export supports MLP and GRU policies (kinds {c_exportable_kinds()}) and action-chunk "
+                         f"policies (export_c), not {kind!r}; export this policy with format=onnx or "
+                         "format=torchscript instead")
     return _GRAPHS[kind](policy)

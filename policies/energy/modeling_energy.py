@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..chunked import draw_noise, standard_noise
+from ..chunked import check_tensor, draw_noise, standard_noise
 from ..diffusion.mlp import ResidualBlock
 from ..registry import register
 from .chunking import ChunkPolicyBase
@@ -231,13 +231,18 @@ class EnergyPolicy(ChunkPolicyBase):
         return torch.zeros(shape) if self.config.default_init == "zeros" else draw_noise(self, batch)
 
     def _infer(self, obs_n: torch.Tensor, init: torch.Tensor | None, n_steps: int | None = None,
-               n_candidates: int | None = None):
+               n_candidates: int | None = None, candidates: torch.Tensor | None = None):
+        """``candidates`` (B, N - 1, horizon, action_dim), normalized: the extra candidates instead of the
+        generator's draws (e.g. those a deployed C policy's PRNG drew)."""
         b, n = obs_n.shape[0], self.config.n_candidates if n_candidates is None else int(n_candidates)
         if n < 1:
             raise ValueError(f"n_candidates={n} must be >= 1")
         init = self._default_init(b).to(obs_n.device) if init is None else init
+        if candidates is not None:
+            extra = check_tensor(candidates, (b, n - 1, *init.shape[1:]), "candidates")
         if n > 1:  # the candidates are drawn on the CPU (the same draws on every device)
-            extra = standard_noise(self.noise_distribution, (b, n - 1, *init.shape[1:]), self.candidates)
+            if candidates is None:
+                extra = standard_noise(self.noise_distribution, (b, n - 1, *init.shape[1:]), self.candidates)
             init = torch.cat([init[:, None], extra.to(obs_n.device)], dim=1).flatten(0, 1)  # (B * N, H, A)
             obs_n = obs_n.repeat_interleave(n, 0)
         model = self.inference_model

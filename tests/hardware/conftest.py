@@ -7,8 +7,11 @@ import pytest
 import torch
 
 from hardware.drivers.px4 import PX4Robot
+from policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policies.energy import EnergyConfig, EnergyPolicy
 from policies.foundation import FoundationConfig, FoundationPolicy
 from policies.mlp import MLPConfig, MLPPolicy
+from policies.steered import SteeredConfig, SteeredPolicy
 from sims.vehicles import MavlinkVehicle
 
 
@@ -45,6 +48,49 @@ def make_gru(seed: int = 0, **config) -> FoundationPolicy:
     with torch.no_grad():
         for p in policy.model.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.4)
+    return policy
+
+
+CHUNK_STATS = {"obs": {"min": -torch.ones(5), "max": torch.full((5,), 2.0)},
+         "action": {"min": torch.zeros(2), "max": torch.full((2,), 0.5)}}
+
+
+def _perturb(module: torch.nn.Module, scale: float = 0.05) -> None:
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn_like(p))
+
+
+def make_diffusion_mlp(**overrides) -> DiffusionPolicy:
+    """A diffusion policy with a residual-MLP denoiser (obs 5, action 2, horizon 8, 4 actions a chunk, DDIM 5
+    steps), random EMA weights and a far-from-identity normalization: what C export takes."""
+    torch.manual_seed(0)
+    cfg = dict(obs_dim=5, action_dim=2, horizon=8, n_action_steps=4, denoiser="mlp", mlp_hidden=32, mlp_blocks=2,
+               diffusion_step_embed_dim=16, num_inference_steps=5)
+    policy = DiffusionPolicy(DiffusionConfig(**{**cfg, **overrides}))
+    policy.set_normalization(CHUNK_STATS)
+    _perturb(policy.inference_model)  # non-trivial weights in the EMA copy that inference uses
+    return policy
+
+
+def make_energy_mlp(**overrides) -> EnergyPolicy:
+    """An energy policy with an MLP backbone (3 descent steps) and random weights, shaped as make_diffusion_mlp."""
+    torch.manual_seed(0)
+    cfg = dict(obs_dim=5, action_dim=2, horizon=8, n_action_steps=4, backbone="mlp", hidden_dims=[32, 32],
+               n_steps=3)
+    policy = EnergyPolicy(EnergyConfig(**{**cfg, **overrides}))
+    policy.set_normalization(CHUNK_STATS)
+    _perturb(policy.inference_model if hasattr(policy, "inference_model") else policy)
+    return policy
+
+
+def make_steered(base, stochastic: bool = False) -> SteeredPolicy:
+    """A DSRL noise actor (one hidden layer of 16, noise bound 1.5) with random weights over ``base``."""
+    torch.manual_seed(1)
+    cfg = SteeredConfig(obs_dim=5, action_dim=2, n_obs_steps=base.n_obs_steps, noise_shape=list(base.noise_shape),
+                        noise_bound=1.5, hidden_dims=[16], stochastic=stochastic)
+    policy = SteeredPolicy(base, cfg)
+    _perturb(policy.model, 0.3)
     return policy
 
 

@@ -34,6 +34,17 @@ def test_c_for_raptor(tmp_path):
     assert parity["object_size_Os"]["text"] > 2084 * 4  # the weights are in flash
 
 
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed: C parity needs a compiler")
+def test_c_for_a_steered_diffusion_checkpoint(tmp_path):
+    from tests.hardware.conftest import make_diffusion_mlp, make_steered
+
+    ckpt = make_steered(make_diffusion_mlp()).save(tmp_path / "ckpt")
+    run, parity = export(tmp_path, f"policy={ckpt}", "format=c", "parity_steps=24")
+    assert parity["passed"] and parity["policy_kind"] == "steered" and parity["max_abs_diff"] < 1e-5
+    assert parity["checks"] == ["C plan of 64 windows", "C rollout, 24 steps, gcc -O2"]
+    assert "#define ROBO_POLICY_N_ACTION_STEPS 4" in (run / "export" / "robo_policy.h").read_text()
+
+
 def test_torchscript_of_a_gru_checkpoint(tmp_path, gru_policy):
     ckpt = gru_policy.save(tmp_path / "ckpt")
     run, parity = export(tmp_path, "policy=checkpoint", f"policy.path={ckpt}", "format=torchscript",
