@@ -14,10 +14,13 @@ export ROBO_LEROBOT_PYTHON := $(LEROBOT_VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-# Headless MuJoCo rendering needs Mesa's EGL (Debian: libegl1 libegl-mesa0).
+# Headless MuJoCo rendering needs Mesa's EGL (Debian: libegl1 libegl-mesa0); the flight-controller MCU builds need
+# Debian's Arm toolchain and emulator (gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm).
 # torch==2.13.0 is installed first: it is the local CPU wheel (pyproject's torch>=2.4 would otherwise pull CUDA).
 $(VENV)/.installed: pyproject.toml
 	@ldconfig -p | grep -q libEGL_mesa || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libegl1 libegl-mesa0; }
+	@command -v arm-none-eabi-gcc >/dev/null && command -v qemu-system-arm >/dev/null && [ -d /usr/lib/arm-none-eabi/newlib ] || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	echo torch==2.13.0 > $(VENV)/constraints.txt

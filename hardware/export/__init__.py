@@ -3,8 +3,9 @@
     from hardware.export import export_onnx, verify_onnx, module_spec, export_c, verify_c
     export_onnx(policy, "policy.onnx")                       # any kind with a registered ModuleSpec
     report = verify_onnx(module_spec(policy), "policy.onnx")  # max |onnxruntime - torch|
-    sources = export_c(policy, "c/")                          # MLP and GRU policies
-    report = verify_c(policy, sources, steps=500)             # gcc-compiled rollout vs torch
+    sources = export_c(policy, "c/")                          # MLP, GRU, diffusion (MLP denoiser), energy (MLP),
+    report = verify_c(policy, sources, steps=500)             # steered; gcc-compiled rollout vs torch
+    from hardware.export.mcu import MCUS, mcu_size, mcu_rollout   # flash, RAM, instructions a step on a Cortex-M
 """
 
 from . import chunked  # noqa: F401  (registers the diffusion / energy / implicit-BC specs)
