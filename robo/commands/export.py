@@ -1,6 +1,7 @@
 """``robo export``: write a policy as ONNX, C99 or TorchScript, and check it against torch.
 
-The artifacts go to ``out`` (default ``<run folder>/export``, written atomically); the run folder
+The artifacts and their deployment manifest (``manifest.json``: ``hardware.export.manifest``, built by
+``robo.deployment``) go to ``out`` (default ``<run folder>/export``, written atomically); the run folder
 gets ``config.yaml`` and ``parity.json`` (max |exported - torch| and how it was measured).
 """
 
@@ -15,7 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 from hardware.export import (export_c, export_onnx, export_torchscript, module_spec, object_size, verify_c,
                              verify_onnx, verify_torchscript)
 from hardware.export.c_build import find_cc
+from hardware.export.manifest import FILE as MANIFEST_FILE
+from hardware.export.manifest import write_manifest
 from policies.checkpoint import atomic_directory
+from robo.deployment import deployment_manifest
 from robo.factory import make_policy
 from robo.run_dir import seed_run, write_json, write_resolved_config
 
@@ -62,7 +66,7 @@ def _c(policy, directory: Path, cfg) -> tuple[list[Path], dict]:
     return paths, report
 
 
-ARTIFACT_SUFFIXES = {".onnx", ".pt", ".c", ".h"}
+ARTIFACT_SUFFIXES = {".onnx", ".pt", ".c", ".h", ".json"}
 
 
 def _check_replaceable(out: Path) -> None:
@@ -96,7 +100,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     log.info("exporting a %s policy as %s to %s", policy.kind, fmt, out)
     with atomic_directory(out) as tmp:
         written, parity = FORMATS[fmt](policy, tmp, cfg)
-    artifacts = [str(out / p.name) for p in written]
+        # the deployment contract beside the code: conventions, rate, motor order, weights hash
+        manifest = deployment_manifest(policy, fmt, [p.name for p in written], c["policy"].get("path"))
+        write_manifest(tmp, manifest)
+    artifacts = [str(out / p.name) for p in written] + [str(out / MANIFEST_FILE)]
     write_json(Path(run_dir) / "parity.json", {"format": fmt, "policy_kind": policy.kind, "artifacts": artifacts,
                                                **parity})
     result = {"format": fmt, "policy_kind": policy.kind, "artifacts": ", ".join(artifacts),

@@ -214,6 +214,8 @@ class BetaflightFirmware:
         self.counts = {"steps": 0, "replies": 0, "late": 0, "rejected": 0, "restarts": 0}
         self.motor_log: list[tuple[float, float, np.ndarray]] = []  # (wall s, sim s, motors) when log_motors
         self.log_motors = False
+        self.state_log: list[tuple[float, np.ndarray]] = []  # (sim s, state (17,)) of every step when log_states
+        self.log_states = False
         self._t_start = 0.0
         self.reset(self.position)
 
@@ -448,3 +450,5 @@ class BetaflightFirmware:
             self.counts["steps"] += 1
             if self.log_motors:
                 self.motor_log.append((time.monotonic(), self.time, motors))
+            if self.log_states:
+                self.state_log.append((self.time, state))

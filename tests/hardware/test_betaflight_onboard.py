@@ -6,10 +6,13 @@ time). The firmware runs the policy on its own attitude quaternion and filtered 
 velocity, and writes the motors; robo only provisions and arms it over MSP. Ports are fixed (MSP TCP 5761, UDP
 9001-9004): a firmware started elsewhere on the machine is waited for, never fought.
 
-Numbers (``pytest -s tests/hardware/test_betaflight_onboard.py``) print the in-firmware cost per policy step and the
-hover error against the same policy in robo's sim alone.
+The build reads the export's ``manifest.json`` (``robo.onboard.export_for_deployment``, as ``robo deploy`` does):
+RAPTOR's previous-action convention (``raw_motor_state``) and its 100 Hz rate, run every 10th loop of a 1 kHz
+lockstep loop. Numbers (``pytest -s tests/hardware/test_betaflight_onboard.py``) print the in-firmware cost per
+policy step and the hover error against the same flight in robo's sim alone (``robo.onboard.fly_sim_alone``).
 """
 
+import dataclasses
 import shutil
 import time
 
@@ -17,27 +20,28 @@ import numpy as np
 import pytest
 import torch
 
-from hardware.drivers.betaflight_setup import SetupConfig, disable_runaway_takeoff, wait_ready
 from hardware.export import export_c
+from hardware.export.manifest import read_manifest
 from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings, _policy_sources, build_onboard_sitl,
-                                              onboard_log, patched_sitl)
+                                              patched_sitl)
 from policies.foundation import load_raptor
+from robo.onboard import export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
 from sims.quadrotor import preset
-from tests.hardware.polling import connect_provisioned, start_firmware, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
 
 firmware_mod = pytest.importorskip("sims.vehicles.betaflight_firmware")
-TARGET = (0.0, 0.0, 1.0)
-SETTINGS = OnboardSettings(target=TARGET, origin=firmware_mod.ORIGIN, earth_radius=firmware_mod.EARTH_RADIUS)
-HOVER_SECONDS, SETTLE_SECONDS = 6.0, 1.0
+HOVER_SECONDS = 6.0
+LOOP_HZ = 1000.0  # the firmware's control loop; the 100 Hz policies run every 10th loop
+QUAD = dataclasses.replace(preset("betaflight_quadx"), dt=1.0 / LOOP_HZ)
 
 
-def onboard_binary(policy, directory):
-    export_c(policy, directory)  # what `robo export policy=... format=c out=<directory>` writes
+def onboard_binary(policy, directory, reference="hover", params=QUAD):
+    """What `robo deploy` builds: the C export with its manifest, inside the lockstep SITL."""
+    _, manifest = export_for_deployment(policy, directory)
     try:
-        return build_onboard_sitl(directory, SETTINGS)
+        return build_onboard_sitl(directory, onboard_settings(params, manifest, reference)), manifest
     except OnboardBuildError as e:
         if "not installed" in str(e):
             pytest.skip(str(e))
@@ -47,63 +51,6 @@ def onboard_binary(policy, directory):
 @pytest.fixture(scope="module")
 def raptor_binary(tmp_path_factory):
     return onboard_binary(load_raptor(), tmp_path_factory.mktemp("raptor_c"))
-
-
-def fly_onboard(binary, run_dir, seconds: float) -> tuple[np.ndarray, dict, dict]:
-    """Fresh firmware on the ground at the origin: provision, arm, let the onboard policy fly ``seconds`` of sim
-    time -> (trajectory (T, 4): sim s since arming, position world FLU m; onboard log numbers; loop rates)."""
-    fw = start_firmware(300.0, run_dir=run_dir, binary=binary, lockstep=True)
-    try:
-        robot, _ = connect_provisioned(fw, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP"), acc_1g=256)
-        try:
-            wait_ready(robot, timeout=60.0)
-            disable_runaway_takeoff(robot)
-            assert not fw.snapshot()["motors"].any()  # disarmed: the policy leaves the motors alone
-            robot.arm(timeout=3.0)
-            t0, trajectory = fw.time, []
-            while (s := fw.snapshot())["time"] - t0 < seconds:
-                trajectory.append((s["time"] - t0, *s["state"][0:3]))
-                time.sleep(0.02)
-            rates = fw.rates()
-            robot.disarm()  # the firmware disarms on the fourth RC frame with the switch off (0.15-0.25 s here)
-            assert wait_for(lambda: not fw.snapshot()["motors"].any(), timeout=2.0)
-        finally:
-            robot.close()
-    finally:
-        fw.close()
-    return np.array(trajectory), onboard_log((run_dir / "sitl.log").read_text()), rates
-
-
-def sim_alone(policy, seconds: float) -> np.ndarray:
-    """The same policy in robo's sim alone (same preset, start and ground): (T, 4) sim s, position world FLU m."""
-    from sims.envs.observation import observe
-    from sims.quadrotor import BatchedQuadrotorSim, ParamsBatch, hover_state
-
-    params = preset("betaflight_quadx")
-    batch = ParamsBatch.from_params(params, dtype=torch.float64)
-    sim = BatchedQuadrotorSim(batch)
-    s = hover_state(batch, torch.zeros(1, 3, dtype=torch.float64))
-    s[0, 13:17] = 0.0
-    sim.reset(s)
-    policy.reset()
-    ref, zero, action = torch.tensor([TARGET], dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64), \
-        torch.zeros(1, 4, dtype=torch.float64)
-    out = []
-    for k in range(int(round(seconds / params.dt))):
-        obs = observe(sim.state, ref, zero, action).float()
-        action = torch.as_tensor(policy.act(obs), dtype=torch.float64).clamp(-1, 1)
-        s = sim.step(action, validate=False)
-        if s[0, 2] < 0:  # the runner's flat ground (level, at rest)
-            s[0, 2], s[0, 7:13], s[0, 3:7] = 0.0, 0.0, torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)
-            sim.state = s
-        out.append((k * params.dt + params.dt, *s[0, 0:3].tolist()))
-    return np.array(out)
-
-
-def hover_error(trajectory: np.ndarray) -> float:
-    """Median distance to the target after the take-off (m)."""
-    late = trajectory[trajectory[:, 0] >= SETTLE_SECONDS]
-    return float(np.median(np.linalg.norm(late[:, 1:4] - np.array(TARGET), axis=1)))
 
 
 def test_the_sitl_patch_finds_its_anchors():
@@ -118,10 +65,27 @@ def test_a_policy_that_does_not_fit_is_refused(tmp_path):
     from policies.mlp import MLPConfig, MLPPolicy
 
     export_c(MLPPolicy(MLPConfig(obs_dim=10)), tmp_path)
+    settings = OnboardSettings(loop_hz=LOOP_HZ)
     with pytest.raises(OnboardBuildError, match="declares obs 10"):
-        build_onboard_sitl(tmp_path, SETTINGS)
+        build_onboard_sitl(tmp_path, settings)
     with pytest.raises(OnboardBuildError, match="export the policy first"):
-        build_onboard_sitl(tmp_path / "nothing", SETTINGS)
+        build_onboard_sitl(tmp_path / "nothing", settings)
+
+
+def test_the_manifest_decides_and_a_mismatch_is_refused_in_one_line(tmp_path):
+    from policies.mlp import MLPConfig, MLPPolicy
+
+    policy = MLPPolicy(MLPConfig())
+    export_c(policy, tmp_path)  # no manifest beside the code
+    with pytest.raises(OnboardBuildError, match="manifest.json is missing"):
+        build_onboard_sitl(tmp_path, OnboardSettings(loop_hz=LOOP_HZ))
+    export_for_deployment(policy, tmp_path)  # 100 Hz, clipped_hover
+    with pytest.raises(OnboardBuildError, match=r"control rate: the onboard build \(250 Hz loop\) runs at 250 Hz, "
+                                                r"the mlp policy was trained at 100 Hz \(needs a whole multiple") as e:
+        build_onboard_sitl(tmp_path, OnboardSettings(loop_hz=250.0))
+    assert "\n" not in str(e.value)
+    header = OnboardSettings(loop_hz=LOOP_HZ, initial_previous_action=0.6).config_header(read_manifest(tmp_path))
+    assert "#define ROBO_POLICY_EVERY 10" in header and "#define ROBO_PREVIOUS_ACTION_RAW 0" in header
 
 
 def test_a_position_integral_actor_fits_the_onboard_build(tmp_path):
@@ -135,37 +99,26 @@ def test_a_position_integral_actor_fits_the_onboard_build(tmp_path):
 
 
 def test_the_onboard_build_compiles_raptors_export_and_is_cached(raptor_binary):
-    assert raptor_binary.is_file() and raptor_binary.parent.parent.parent.name == "onboard"
-    log = (raptor_binary.parent.parent / "build.log").read_text()
+    binary, manifest = raptor_binary
+    assert binary.is_file() and binary.parent.parent.parent.name == "onboard"
+    log = (binary.parent.parent / "build.log").read_text()
     assert "robo_onboard.c" in log and "robo_policy.c" in log
+    config = (binary.parent.parent / "overlay" / "SIMULATOR" / "robo_onboard_config.h").read_text()
+    assert "#define ROBO_PREVIOUS_ACTION_RAW 1" in config and "#define ROBO_INITIAL_PREVIOUS_ACTION -1.0f" in config
     t = time.monotonic()
-    assert build_onboard_sitl(raptor_binary.parent.parent / "overlay" / "SIMULATOR", SETTINGS) == raptor_binary
+    assert build_onboard_sitl(binary.parent.parent / "overlay" / "SIMULATOR",
+                              onboard_settings(QUAD, manifest)) == binary
     assert time.monotonic() - t < 1.0
 
 
-def test_raptor_inside_the_firmware_hovers(raptor_binary, tmp_path):
-    trajectory, cost, rates = fly_onboard(raptor_binary, tmp_path, HOVER_SECONDS)
-    firmware_err, alone_err = hover_error(trajectory), hover_error(sim_alone(load_raptor(), HOVER_SECONDS))
-    print(f"\nonboard RAPTOR: hover median error {100 * firmware_err:.1f} cm (robo's sim alone {100 * alone_err:.1f}"
-          f" cm); policy step in the firmware {cost['step_us_mean']:.2f} us mean, {cost['step_us_max']:.1f} us max "
-          f"over {cost['steps']} steps; physics {rates['step_hz']:.0f} steps/s, answered {rates['answered']:.4f}")
-    assert firmware_err < 0.10
-    assert abs(firmware_err - alone_err) < 0.03
-    assert cost["steps"] >= 0.9 * HOVER_SECONDS / preset("betaflight_quadx").dt - 250
-    assert 0.0 < cost["step_us_mean"] < 100.0
-
-
-@pytest.mark.slow
-def test_an_mlp_actor_runs_inside_the_firmware(tmp_path):
-    """A robo MLP actor checkpoint (untrained, seeded: it does not hover) builds into the firmware and runs once per
-    state packet while armed: its own build (~20-60 s) and a 2 s flight."""
-    from policies.mlp import MLPConfig, MLPPolicy
-    from policies.registry import load_policy
-
-    torch.manual_seed(0)
-    MLPPolicy(MLPConfig(hidden_dims=[64, 64])).save(tmp_path / "mlp")
-    binary = onboard_binary(load_policy(tmp_path / "mlp"), tmp_path / "mlp_c")
-    _, cost, rates = fly_onboard(binary, tmp_path, 2.0)
-    print(f"\nonboard MLP 22-64-64-4: policy step in the firmware {cost['step_us_mean']:.2f} us mean, "
-          f"{cost['step_us_max']:.1f} us max over {cost['steps']} steps")
-    assert cost["steps"] >= 250 and 0.0 < cost["step_us_mean"] < 100.0
+def test_raptor_inside_the_firmware_hovers_as_in_robos_sim(raptor_binary, tmp_path):
+    binary, manifest = raptor_binary
+    firmware = fly_onboard(binary, QUAD, tmp_path, HOVER_SECONDS, "hover", 0.01).metrics()
+    alone = fly_sim_alone(load_raptor(), QUAD, manifest, "hover", HOVER_SECONDS).metrics()
+    print(f"\nonboard RAPTOR: hover median error {100 * firmware['median_error_m']:.1f} cm (robo's sim alone "
+          f"{100 * alone['median_error_m']:.1f} cm); policy step in the firmware {firmware['step_us_mean']:.2f} us "
+          f"mean, {firmware['step_us_max']:.1f} us max over {firmware['steps']} steps; late replies {firmware['late']}")
+    assert not firmware["lost"] and firmware["median_error_m"] < 0.10
+    assert firmware["median_error_m"] < max(1.5 * alone["median_error_m"], alone["median_error_m"] + 0.01)
+    assert firmware["steps"] >= HOVER_SECONDS * 100 - 250  # every 10th of the 1 kHz loops (logged per 250 steps)
+    assert 0.0 < firmware["step_us_mean"] < 100.0

@@ -28,7 +28,7 @@ def test_onnx_from_a_checkpoint_folder(tmp_path, mlp_policy, capsys):
 def test_c_for_raptor(tmp_path):
     out = tmp_path / "firmware"
     run, parity = export(tmp_path, "policy=raptor", "format=c", f"out={out}", "prefix=raptor")
-    assert sorted(p.name for p in out.iterdir()) == ["main.c", "raptor.c", "raptor.h"]
+    assert sorted(p.name for p in out.iterdir()) == ["main.c", "manifest.json", "raptor.c", "raptor.h"]
     assert parity["passed"] and parity["max_abs_diff"] < 1e-5
     assert parity["checks"] == ["C rollout, 500 steps, gcc -O2"]
     assert parity["object_size_Os"]["text"] > 2084 * 4  # the weights are in flash

@@ -1,13 +1,16 @@
 /* robo's exported policy (robo_policy.c) flying Betaflight's SITL build at motor level.
 
    Observation (22,), robo's deployable quadrotor observation (sims/envs/observation.py), world and body FLU:
-     0:3   position - target, m            from the simulator packet (virtual GPS fields, double precision)
+     0:3   position - reference, m         from the simulator packet (virtual GPS fields, double precision)
      3:12  rotation body -> world, row-major from the firmware's attitude quaternion (getQuaternion)
-     12:15 velocity, m/s                    from the simulator packet
+     12:15 velocity - reference's, m/s      from the simulator packet
      15:18 body rates, rad/s                from the firmware's filtered gyro (gyro.gyroADCf, deg/s)
-     18:22 previous action [FR, BR, BL, FL] in [-1, 1]: the command last written, clipped; 0 after arming
-           (neither robo's clipped_hover nor L2F's raw_motor_state; docs/guide/hardware.md says why)
-   Action (4,) in [-1, 1] -> motor = (a + 1) / 2 in [0, 1], written straight into the servo packet.
+     18:22 previous action [FR, BR, BL, FL], as the policy's manifest says it was trained:
+           clipped_hover (ROBO_PREVIOUS_ACTION_RAW 0): the command last written, clipped to [-1, 1];
+           raw_motor_state (1): the policy's output as given; ROBO_INITIAL_PREVIOUS_ACTION after arming
+   The reference is the target (hover) or robo's figure-eight around it (ROBO_FIGURE_EIGHT), at time
+   policy steps x ROBO_POLICY_DT since arming. The policy runs every ROBO_POLICY_EVERY-th state packet.
+   Action (4,) in [-1, 1] -> motor = (a + 1) / 2 in [0, 1] (clipped), written straight into the servo packet.
    The firmware's attitude is body FRD -> world NED; robo's is FLU -> NWU: (w, x, -y, -z).
    Each policy step is timed with the firmware's real-time clock (nanos64_real); a line
    "[robo_onboard] ..." goes to stdout every ROBO_LOG_EVERY steps. */
@@ -40,8 +43,11 @@ static double pose[6];  /* position (3,) then velocity (3,), world FLU */
 static bool fresh;      /* a state packet arrived since the last policy step */
 
 static robo_policy_state policyState;
-static float action[4];
+static float action[4];    /* the command written, clipped to [-1, 1] */
+static float previous[4];  /* what obs[18:22] reports */
 static bool wasArmed;
+static uint64_t packets;   /* state packets since arming */
+static uint64_t flightSteps; /* policy steps since arming */
 static uint64_t steps, windowSteps, windowNs, windowMaxNs, totalNs;
 
 void roboOnboardState(const double position[3], const double velocity[3])
@@ -58,16 +64,36 @@ void roboOnboardState(const double position[3], const double velocity[3])
     pthread_mutex_unlock(&poseLock);
 }
 
+static void reference(double ref[6])
+{
+    const double target[3] = {ROBO_TARGET_X, ROBO_TARGET_Y, ROBO_TARGET_Z};
+    int i;
+    for (i = 0; i < 3; ++i) {
+        ref[i] = target[i];
+        ref[3 + i] = 0.0;
+    }
+#if ROBO_FIGURE_EIGHT
+    {
+        const double wt = ROBO_F8_OMEGA * ROBO_POLICY_DT * (double)flightSteps;
+        ref[0] += ROBO_F8_AMPLITUDE * sin(wt);
+        ref[1] += 0.5 * ROBO_F8_AMPLITUDE * sin(2.0 * wt);
+        ref[3] = ROBO_F8_AMPLITUDE * ROBO_F8_OMEGA * cos(wt);
+        ref[4] = ROBO_F8_AMPLITUDE * ROBO_F8_OMEGA * cos(2.0 * wt);
+    }
+#endif
+}
+
 static void observe(float obs[22])
 {
-    static const double target[3] = {ROBO_TARGET_X, ROBO_TARGET_Y, ROBO_TARGET_Z};
+    double ref[6];
     quaternion_t q;
     float w, x, y, z;
     int i;
+    reference(ref);
     pthread_mutex_lock(&poseLock);
     for (i = 0; i < 3; ++i) {
-        obs[i] = (float)(pose[i] - target[i]);
-        obs[12 + i] = (float)pose[3 + i];
+        obs[i] = (float)(pose[i] - ref[i]);
+        obs[12 + i] = (float)(pose[3 + i] - ref[3 + i]);
     }
     fresh = false;
     pthread_mutex_unlock(&poseLock);
@@ -80,7 +106,7 @@ static void observe(float obs[22])
         obs[15 + i] = gyro.gyroADCf[i] * (M_PIf / 180.0f);
     }
     for (i = 0; i < 4; ++i) {
-        obs[18 + i] = action[i];
+        obs[18 + i] = previous[i];
     }
 }
 
@@ -105,27 +131,36 @@ bool roboOnboardMotors(float motor_speed[4])
         wasArmed = false;
         return false;
     }
-    if (!wasArmed) {  /* a new flight: the policy's state and previous action (0) start afresh */
+    if (!wasArmed) {  /* a new flight: the policy's state and previous action start afresh */
         robo_policy_reset(&policyState);
         for (i = 0; i < 4; ++i) {
-            action[i] = 0.0f;
+            previous[i] = ROBO_INITIAL_PREVIOUS_ACTION;
+            action[i] = -1.0f;
         }
         wasArmed = true;
         fresh = true;
+        packets = flightSteps = 0;
     }
-    if (fresh) {
+    if (fresh && packets++ % ROBO_POLICY_EVERY == 0) {
         observe(obs);
         t0 = nanos64_real();
         robo_policy_step(&policyState, obs, action);
         ns = nanos64_real() - t0;
         for (i = 0; i < 4; ++i) {
+            previous[i] = action[i];
             action[i] = fminf(fmaxf(action[i], -1.0f), 1.0f);
+#if !ROBO_PREVIOUS_ACTION_RAW
+            previous[i] = action[i];
+#endif
         }
+        flightSteps++;
         steps++; windowSteps++; windowNs += ns; totalNs += ns;
         windowMaxNs = ns > windowMaxNs ? ns : windowMaxNs;
         if (windowSteps >= ROBO_LOG_EVERY) {
             logWindow(obs);
         }
+    } else {
+        fresh = false;
     }
     /* robo [FR, BR, BL, FL] -> servo packet [FR, RL, FL, RR] */
     motor_speed[0] = 0.5f * (action[0] + 1.0f);

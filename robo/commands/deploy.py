@@ -1,0 +1,97 @@
+"""``robo deploy``: a policy into Betaflight's firmware, built and (``target=betaflight_sitl``) flown in lockstep in
+robo's physics beside the same flight in robo's simulator alone (``robo.onboard``)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hardware.export.betaflight_build import build_onboard_sitl
+from robo.commands.export import rewrite_overrides  # noqa: F401  (policy=<folder> shorthand)
+from robo.factory import make_policy
+from robo.onboard import Flight, export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
+from robo.run_dir import seed_run, write_json, write_resolved_config
+from sims.envs.quadrotor_env import make_robot
+
+log = logging.getLogger(__name__)
+TARGETS = ("betaflight_sitl", "build")
+FLIGHTS = ("hover", "figure_eight")
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict:
+    if cfg.target not in TARGETS:
+        raise ValueError(f"unknown deploy target {cfg.target!r}; choose one of {list(TARGETS)}")
+    if cfg.flight not in FLIGHTS:
+        raise ValueError(f"flight={cfg.flight!r}; choose one of {list(FLIGHTS)}")
+    if OmegaConf.is_missing(cfg.policy, "path"):
+        raise ValueError("no policy to deploy: give policy=<checkpoint folder>, policy=raptor or policy=robo_foundation")
+    if not float(cfg.seconds) > 0:
+        raise ValueError(f"seconds={cfg.seconds} must be positive")
+    seed_run(int(cfg.seed))
+    c = OmegaConf.to_container(cfg, resolve=True)
+    policy = make_policy(c["policy"])
+    params = make_robot(c["robot"])
+    write_resolved_config(run_dir, cfg)
+    export_dir = Path(run_dir) / "export"
+    _, manifest = export_for_deployment(policy, export_dir, c["policy"].get("path"), int(cfg.seed))
+    loop_hz = float(cfg.loop_hz) if cfg.loop_hz else manifest.control_rate_hz
+    params = dataclasses.replace(params, dt=1.0 / loop_hz)
+    settings = onboard_settings(params, manifest, str(cfg.flight), tuple(c["target_position"]))
+    log.info("building Betaflight SITL with the %s policy (%g Hz, %s) for a %g Hz loop", policy.kind,
+             manifest.control_rate_hz, manifest.previous_action, loop_hz)
+    binary = build_onboard_sitl(export_dir, settings)
+    result = {"target": cfg.target, "policy_kind": policy.kind, "robot": c["robot"]["preset"],
+              "mass_kg": float(params.mass), "loop_hz": loop_hz, "policy_hz": manifest.control_rate_hz,
+              "firmware": str(binary)}
+    if cfg.target == "build":
+        write_json(Path(run_dir) / "metrics.json", result)
+        return result
+    log.info("flying it inside the firmware: %s, %g s", cfg.flight, cfg.seconds)
+    firmware = fly_onboard(binary, params, run_dir, float(cfg.seconds), str(cfg.flight), 1.0 / manifest.control_rate_hz)
+    flights = {"firmware": firmware}
+    if cfg.compare:
+        flights["sim_alone"] = fly_sim_alone(policy, params, manifest, str(cfg.flight), float(cfg.seconds))
+    metrics = {name: f.metrics() for name, f in flights.items()}
+    write_json(Path(run_dir) / "metrics.json", {**result, **metrics})
+    write_trajectories(Path(run_dir) / "trajectory.csv", flights)
+    plot(Path(run_dir) / "trajectory.png", flights, f"{policy.kind} on {c['robot']['preset']}: {cfg.flight}")
+    fw = metrics["firmware"]
+    result.update({"firmware_median_error_m": fw["median_error_m"], "firmware_lost": fw["lost"],
+                   "firmware_step_us_mean": fw.get("step_us_mean"), "firmware_steps": fw.get("steps"),
+                   "late_replies": fw.get("late")})
+    if "sim_alone" in metrics:
+        result.update({"sim_alone_median_error_m": metrics["sim_alone"]["median_error_m"],
+                       "sim_alone_lost": metrics["sim_alone"]["lost"]})
+    log.info("run folder: %s", run_dir)
+    return result
+
+
+def write_trajectories(path: Path, flights: dict[str, Flight]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["flight", "t_s", "x_m", "y_m", "z_m", "error_m"])
+        for name, flight in flights.items():
+            for row, e in zip(flight.trajectory, flight.errors()):
+                w.writerow([name, *(f"{v:.5f}" for v in row), f"{e:.5f}"])
+
+
+def plot(path: Path, flights: dict[str, Flight], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_xy, ax_e) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, flight in flights.items():
+        ax_xy.plot(flight.trajectory[:, 1], flight.trajectory[:, 2], label=name)
+        ax_e.plot(flight.trajectory[:, 0], flight.errors(), label=name)
+    ax_xy.set(xlabel="x (m)", ylabel="y (m)", title="path, top view", aspect="equal")
+    ax_e.set(xlabel="time since arming (s)", ylabel="distance to the reference (m)", title=title)
+    ax_e.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

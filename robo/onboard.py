@@ -1,0 +1,188 @@
+"""Flights of an exported policy inside Betaflight's SITL firmware (the onboard build, lockstep), and the same
+flight in robo's simulator alone, for ``robo deploy target=betaflight_sitl``.
+
+Both start the named robot at rest on the ground at the origin, motors stopped; the firmware is provisioned and
+armed over MSP, then the policy inside it flies for ``seconds`` of sim time toward the reference (``hover``: the
+target; ``figure_eight``: robo's lemniscate around it, from the arming on). The sim-alone flight steps the same
+physics (``params.dt``) with the policy every ``loop_hz / control_rate_hz``-th step, the manifest's previous-action
+convention and the same reference, so the two differ only by what the firmware does: its attitude estimate and
+filtered gyro instead of the true state, float32 C instead of torch.
+
+    exported = export_for_deployment(policy, "export/", path)                  # C + manifest.json
+    binary = build_onboard_sitl("export/", onboard_settings(params, manifest, "hover"))
+    firmware = fly_onboard(binary, params, "run/", 6.0)                       # trajectory, step timing, rates
+    alone = fly_sim_alone(policy, params, manifest, "hover", 6.0)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hardware.drivers.base import RobotError
+from hardware.drivers.betaflight import BetaflightRobot
+from hardware.drivers.betaflight_setup import (SetupConfig, calibrate_accelerometer, disable_runaway_takeoff,
+                                               provision, wait_ready)
+from hardware.export import export_c
+from hardware.export.betaflight_build import OnboardSettings, onboard_log
+from hardware.export.manifest import DeploymentManifest, write_manifest
+from robo.deployment import deployment_manifest
+from sims.envs.observation import observe
+from sims.quadrotor import BatchedQuadrotorSim, ParamsBatch, QuadrotorParams, hover_state
+from sims.vehicles import betaflight_firmware as bf
+
+TARGET = (0.0, 0.0, 1.0)
+SETTLE_SECONDS = 1.5  # the take-off: errors are scored after it
+LOST_M = 2.0  # farther than this from the reference after the take-off: lost (the tasks' termination radius)
+FIGURE_EIGHT = {"amplitude": 1.0, "period": 6.0}  # robo's figure_eight task defaults (configs/task/hover.yaml)
+
+
+def export_for_deployment(policy, directory: str | Path, path: str | Path | None = None, seed: int = 0):
+    """``robo export format=c`` without the parity report: the C sources and ``manifest.json`` in ``directory``
+    -> (sources, manifest)."""
+    sources = export_c(policy, directory, seed=seed)
+    manifest = deployment_manifest(policy, "c", list(sources.files), path)
+    write_manifest(directory, manifest)
+    return sources, manifest
+
+
+def initial_previous_action(params: QuadrotorParams, manifest: DeploymentManifest) -> float:
+    """floats 18:22 at arming as robo's tasks set them for the flown robot: its hover command (``clipped_hover``)
+    or the stopped motors' state, -1 (``raw_motor_state``)."""
+    return -1.0 if manifest.previous_action == "raw_motor_state" else 2.0 * float(params.hover_command) - 1.0
+
+
+def onboard_settings(params: QuadrotorParams, manifest: DeploymentManifest, reference: str = "hover",
+                     target=TARGET) -> OnboardSettings:
+    """The glue's settings for flying ``params`` (its ``dt`` is the state-packet period) in lockstep."""
+    return OnboardSettings(target=tuple(target), origin=bf.ORIGIN, earth_radius=bf.EARTH_RADIUS, lockstep=True,
+                           loop_hz=1.0 / params.dt, reference=reference,
+                           figure_eight_amplitude=FIGURE_EIGHT["amplitude"],
+                           figure_eight_period=FIGURE_EIGHT["period"],
+                           initial_previous_action=initial_previous_action(params, manifest))
+
+
+def reference_at(t: np.ndarray, reference: str, target=TARGET) -> tuple[np.ndarray, np.ndarray]:
+    """Reference position and velocity (T, 3) at sim times ``t`` (T,) s since arming."""
+    t = np.asarray(t, dtype=np.float64)
+    pos, vel = np.tile(np.asarray(target, np.float64), (len(t), 1)), np.zeros((len(t), 3))
+    if reference == "figure_eight":
+        a, w = FIGURE_EIGHT["amplitude"], 2 * math.pi / FIGURE_EIGHT["period"]
+        pos[:, 0] += a * np.sin(w * t)
+        pos[:, 1] += 0.5 * a * np.sin(2 * w * t)
+        vel[:, 0], vel[:, 1] = a * w * np.cos(w * t), a * w * np.cos(2 * w * t)
+    return pos, vel
+
+
+@dataclass
+class Flight:
+    """One flight: ``trajectory`` (T, 4): sim s since arming, position world FLU m, and what it scored."""
+
+    trajectory: np.ndarray
+    reference: str
+    policy_dt: float
+    firmware: dict | None = None  # the onboard log (policy steps, µs per step) and the physics loop's rates
+
+    def errors(self) -> np.ndarray:
+        """Distance (T,) m from the reference at each sample's time."""
+        ref, _ = reference_at(self.trajectory[:, 0], self.reference)
+        return np.linalg.norm(self.trajectory[:, 1:4] - ref, axis=1)
+
+    def metrics(self) -> dict:
+        late = self.trajectory[:, 0] >= SETTLE_SECONDS
+        e = self.errors()[late]
+        lost = bool(len(e) == 0 or e.max() > LOST_M or not np.isfinite(e).all())
+        out = {"median_error_m": float(np.median(e)) if len(e) else float("nan"),
+               "rmse_m": float(np.sqrt(np.mean(e ** 2))) if len(e) else float("nan"),
+               "final_error_m": float(e[-1]) if len(e) else float("nan"), "lost": lost,
+               "seconds": float(self.trajectory[-1, 0]) if len(self.trajectory) else 0.0}
+        if self.firmware:
+            out.update({k: self.firmware[k] for k in ("steps", "step_us_mean", "step_us_max", "late", "answered")
+                        if k in self.firmware})
+        return out
+
+
+def connect_provisioned(fw, setup: SetupConfig, acc_1g: int = 256, attempts: int = 2) -> BetaflightRobot:
+    """A ``BetaflightRobot`` on ``fw``'s MSP port, provisioned and with a levelled accelerometer. A SITL process
+    that sends no telemetry or whose calibration never ends (a start that stalls on a loaded machine) is replaced
+    once by a fresh one."""
+    for attempt in range(attempts):
+        robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, acc_1g=acc_1g)
+        try:
+            robot.connect(timeout=5.0)
+            provision(robot, setup)
+            calibrate_accelerometer(robot)
+            return robot
+        except RobotError:
+            robot.close()
+            if attempt == attempts - 1:
+                raise
+            fw.restart(timeout=0.0)
+    raise AssertionError("unreachable")
+
+
+def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seconds: float, reference: str,
+                policy_dt: float) -> Flight:
+    """Start the onboard firmware ``binary`` on the ground at the origin (robo's physics of ``params``, lockstep),
+    provision and arm it over MSP, log every physics step for ``seconds`` of sim time, disarm."""
+    run_dir = Path(run_dir)
+    fw = bf.BetaflightFirmware(params, run_dir=run_dir, binary=binary, lockstep=True).start()
+    try:
+        robot = connect_provisioned(fw, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP"))
+        try:
+            wait_ready(robot, timeout=60.0)
+            disable_runaway_takeoff(robot)
+            fw.log_states = fw.log_motors = True
+            robot.arm(timeout=3.0)
+            t_arm = None
+            while t_arm is None or fw.snapshot()["time"] - t_arm < seconds + params.dt:
+                if t_arm is None:  # the step before the first that flew a policy action
+                    t_arm = next((t - params.dt for _, t, m in list(fw.motor_log) if m.any()), None)
+                time.sleep(0.02)
+            fw.log_states = fw.log_motors = False
+            rates = fw.rates()
+            robot.disarm()
+        finally:
+            robot.close()
+    finally:
+        fw.close()
+    log = [(t - t_arm, *s[0:3]) for t, s in fw.state_log if 1e-9 < t - t_arm <= seconds + 1e-9]
+    firmware = {**onboard_log((run_dir / "sitl.log").read_text()), **rates}
+    return Flight(np.array(log), reference, policy_dt, firmware)
+
+
+def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,
+                  seconds: float) -> Flight:
+    """The same flight in robo's simulator alone: same robot, start, ground, reference, policy rate and
+    previous-action convention as the onboard glue (``hardware/export/betaflight/robo_onboard.c``)."""
+    batch = ParamsBatch.from_params(params, dtype=torch.float64)
+    sim = BatchedQuadrotorSim(batch)
+    s = hover_state(batch, torch.zeros(1, 3, dtype=torch.float64))
+    s[0, 13:17] = 0.0
+    sim.reset(s)
+    policy.reset()
+    every = int(round(1.0 / (params.dt * manifest.control_rate_hz)))
+    raw = manifest.previous_action == "raw_motor_state"
+    previous = torch.full((1, 4), initial_previous_action(params, manifest), dtype=torch.float64)
+    action = torch.full((1, 4), -1.0, dtype=torch.float64)
+    out, policy_steps = [], 0
+    for k in range(int(round(seconds / params.dt))):
+        if k % every == 0:
+            ref, vref = reference_at(np.array([policy_steps * params.dt * every]), reference)
+            obs = observe(sim.state, torch.as_tensor(ref), torch.as_tensor(vref), previous).float()
+            out_raw = torch.as_tensor(np.asarray(policy.act(obs)), dtype=torch.float64)
+            action = out_raw.clamp(-1, 1)
+            previous = out_raw if raw else action
+            policy_steps += 1
+        st = sim.step(action, validate=False)
+        if st[0, 2] < 0:  # the firmware runner's flat ground (level, at rest)
+            st[0, 2], st[0, 7:13], st[0, 3:7] = 0.0, 0.0, torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)
+            sim.state = st
+        out.append(((k + 1) * params.dt, *st[0, 0:3].tolist()))
+    policy.reset()
+    return Flight(np.array(out), reference, params.dt * every)
