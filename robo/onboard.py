@@ -6,7 +6,8 @@ armed over MSP, then the policy inside it flies for ``seconds`` of sim time towa
 target; ``figure_eight``: robo's lemniscate around it, from the arming on). The sim-alone flight steps the same
 physics (``params.dt``) with the policy every ``loop_hz / control_rate_hz``-th step, the manifest's previous-action
 convention and the same reference, so the two differ only by what the firmware does: its attitude estimate and
-filtered gyro instead of the true state, float32 C instead of torch.
+gyro instead of the true state, float32 C instead of torch, and (chunk policies) the C PRNG's noise instead of
+torch's.
 
     exported = export_for_deployment(policy, "export/", path)                  # C + manifest.json
     binary = build_onboard_sitl("export/", onboard_settings(params, manifest, "hover"))
@@ -166,6 +167,7 @@ def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest,
     s[0, 13:17] = 0.0
     sim.reset(s)
     policy.reset()
+    torch.manual_seed(0)  # a chunk policy's noise: a fixed draw (the firmware's C draws from its own PRNG)
     every = int(round(1.0 / (params.dt * manifest.control_rate_hz)))
     raw = manifest.previous_action == "raw_motor_state"
     previous = torch.full((1, 4), initial_previous_action(params, manifest), dtype=torch.float64)

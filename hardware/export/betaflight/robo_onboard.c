@@ -4,7 +4,9 @@
      0:3   position - reference, m         from the simulator packet (virtual GPS fields, double precision)
      3:12  rotation body -> world, row-major from the firmware's attitude quaternion (getQuaternion)
      12:15 velocity - reference's, m/s      from the simulator packet
-     15:18 body rates, rad/s                from the firmware's filtered gyro (gyro.gyroADCf, deg/s)
+     15:18 body rates, rad/s                from the firmware's calibrated, aligned gyro (gyro.gyroADC, deg/s),
+           before its low-pass filters: their coefficients assume Betaflight's 8 kHz gyro, so at the SITL's
+           1 kHz lockstep loop they lag 8x what they do on a flight controller (docs/guide/hardware.md)
      18:22 previous action [FR, BR, BL, FL], as the policy's manifest says it was trained:
            clipped_hover (ROBO_PREVIOUS_ACTION_RAW 0): the command last written, clipped to [-1, 1];
            raw_motor_state (1): the policy's output as given; ROBO_INITIAL_PREVIOUS_ACTION after arming
@@ -103,7 +105,7 @@ static void observe(float obs[22])
     obs[6] = 2.0f * (x * y + w * z); obs[7] = 1.0f - 2.0f * (x * x + z * z); obs[8] = 2.0f * (y * z - w * x);
     obs[9] = 2.0f * (x * z - w * y); obs[10] = 2.0f * (y * z + w * x); obs[11] = 1.0f - 2.0f * (x * x + y * y);
     for (i = 0; i < 3; ++i) {
-        obs[15 + i] = gyro.gyroADCf[i] * (M_PIf / 180.0f);
+        obs[15 + i] = gyro.gyroADC[i] * (M_PIf / 180.0f);
     }
     for (i = 0; i < 4; ++i) {
         obs[18 + i] = previous[i];

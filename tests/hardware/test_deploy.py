@@ -1,0 +1,64 @@
+"""``robo deploy``: a robo-trained policy built into Betaflight's firmware and flown inside it (lockstep SITL,
+1 kHz loop, in robo's physics) as it flies in robo's simulator alone."""
+
+import json
+import shutil
+
+import pytest
+
+from robo.cli import main
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
+                                reason="building Betaflight SITL needs gcc and make")
+pytest.importorskip("sims.vehicles.betaflight_firmware")
+
+
+def within_target(metrics: dict) -> bool:
+    """The issue's bar: no loss, and within 1.5x of the sim alone's median error or + 1 cm, whichever is larger."""
+    fw, alone = metrics["firmware"], metrics["sim_alone"]
+    bound = max(1.5 * alone["median_error_m"], alone["median_error_m"] + 0.01)
+    return not fw["lost"] and not alone["lost"] and fw["median_error_m"] <= bound
+
+
+def test_the_shipped_foundation_policy_flies_a_heavy_quad_inside_the_firmware(tmp_path):
+    run = tmp_path / "deploy"
+    main(["deploy", "policy=robo_foundation", "robot.preset=x500", "flight=figure_eight", "seconds=5",
+          f"hydra.run.dir={run}"])
+    metrics = json.loads((run / "metrics.json").read_text())
+    print(f"\nrobo_foundation, x500 figure-eight: firmware {100 * metrics['firmware']['median_error_m']:.1f} cm, sim "
+          f"alone {100 * metrics['sim_alone']['median_error_m']:.1f} cm")
+    assert within_target(metrics) and metrics["firmware"]["median_error_m"] < 0.5
+    assert metrics["loop_hz"] == 1000.0 and metrics["policy_hz"] == 100.0
+    assert metrics["firmware"]["steps"] >= 5 * 100 - 250 and metrics["firmware"]["step_us_mean"] > 0
+    manifest = json.loads((run / "export" / "manifest.json").read_text())
+    assert manifest["previous_action"] == "raw_motor_state" and manifest["policy_kind"] == "foundation"
+    assert (run / "trajectory.png").is_file() and "firmware" in (run / "trajectory.csv").read_text()
+    assert "[robo_onboard]" in (run / "sitl.log").read_text()
+
+
+def test_a_bad_deploy_gets_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["deploy", "policy=robo_foundation", "target=mcu", f"hydra.run.dir={tmp_path / 'x'}"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "robo deploy: unknown deploy target 'mcu'; choose one of ['betaflight_sitl', 'build'] " \
+                  "(no run folder kept)"
+    with pytest.raises(SystemExit):
+        main(["deploy", "policy=robo_foundation", "loop_hz=250", f"hydra.run.dir={tmp_path / 'y'}"])
+    assert "control rate" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_energy_policy_robo_trains_flies_inside_the_firmware(tmp_path):
+    """Imitation of RAPTOR's figure-eights (a small energy MLP, 3,000 steps), then robo deploy: the chunk queue,
+    descent and PRNG in C inside Betaflight's loop."""
+    train = tmp_path / "train"
+    main(["train", "policy=energy", "task=quadrotor_tracking", "policy.hidden_dims=[64,64]",
+          "policy.train.steps=3000", "task.demos=64", "task.eval.episodes=8", f"hydra.run.dir={train}"])
+    run = tmp_path / "deploy"
+    main(["deploy", f"policy={train}/checkpoints/latest/policy", "flight=hover", "seconds=5", f"hydra.run.dir={run}"])
+    metrics = json.loads((run / "metrics.json").read_text())
+    print(f"\nenergy, Crazyflie hover: firmware {100 * metrics['firmware']['median_error_m']:.1f} cm, sim alone "
+          f"{100 * metrics['sim_alone']['median_error_m']:.1f} cm")
+    assert within_target(metrics)
+    assert json.loads((run / "export" / "manifest.json").read_text())["n_action_steps"] == 4
