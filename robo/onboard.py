@@ -158,16 +158,17 @@ def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seco
 
 
 def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,
-                  seconds: float) -> Flight:
+                  seconds: float, seed: int = 0) -> Flight:
     """The same flight in robo's simulator alone: same robot, start, ground, reference, policy rate and
-    previous-action convention as the onboard glue (``hardware/export/betaflight/robo_onboard.c``)."""
+    previous-action convention as the onboard glue (``hardware/export/betaflight/robo_onboard.c``). ``seed``: a
+    chunk policy's noise, drawn by torch (the firmware's C draws from its own PRNG, seeded at export)."""
     batch = ParamsBatch.from_params(params, dtype=torch.float64)
     sim = BatchedQuadrotorSim(batch)
     s = hover_state(batch, torch.zeros(1, 3, dtype=torch.float64))
     s[0, 13:17] = 0.0
     sim.reset(s)
     policy.reset()
-    torch.manual_seed(0)  # a chunk policy's noise: a fixed draw (the firmware's C draws from its own PRNG)
+    torch.manual_seed(seed)
     every = int(round(1.0 / (params.dt * manifest.control_rate_hz)))
     raw = manifest.previous_action == "raw_motor_state"
     previous = torch.full((1, 4), initial_previous_action(params, manifest), dtype=torch.float64)

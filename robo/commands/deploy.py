@@ -54,7 +54,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     firmware = fly_onboard(binary, params, run_dir, float(cfg.seconds), str(cfg.flight), 1.0 / manifest.control_rate_hz)
     flights = {"firmware": firmware}
     if cfg.compare:
-        flights["sim_alone"] = fly_sim_alone(policy, params, manifest, str(cfg.flight), float(cfg.seconds))
+        flights["sim_alone"] = fly_sim_alone(policy, params, manifest, str(cfg.flight), float(cfg.seconds),
+                                           int(cfg.seed))
     metrics = {name: f.metrics() for name, f in flights.items()}
     write_json(Path(run_dir) / "metrics.json", {**result, **metrics})
     write_trajectories(Path(run_dir) / "trajectory.csv", flights)
