@@ -25,8 +25,10 @@ import numpy as np
 
 from hardware.export.chunked_graph import CHUNKED_KINDS
 from hardware.export.betaflight_build import build_onboard_sitl
-from robo.factory import make_policy, policy_by_name
-from robo.onboard import export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
+from robo.factory import policy_by_name
+from robo.onboard import (export_for_deployment, firmware_error_bound_m, fly_onboard, fly_sim_alone,
+                          onboard_settings)
+from robo.validation import SHIPPED_POLICIES
 from sims.quadrotor import preset
 
 try:
@@ -35,7 +37,7 @@ except ModuleNotFoundError:  # run as a script
     from table import print_table
 
 LOOP_HZ = 1000.0
-SHIPPED = [(name, name, robot, flight) for name in ("raptor", "robo_foundation")
+SHIPPED = [(name, name, robot, flight) for name in SHIPPED_POLICIES
            for robot in ("crazyflie", "betaflight_quadx", "x500") for flight in ("hover", "figure_eight")]
 
 
@@ -51,8 +53,8 @@ def parse_flight(text: str) -> tuple[str, str, str, str]:
 def fly(name: str, source: str, robot: str, flight: str, seconds: float, seeds: int, work: Path) -> dict:
     """One row: a deterministic policy flies once; a chunk policy (its noise or candidates drawn from a PRNG) flies
     ``seeds`` times, export seed k in the firmware beside torch seed k alone, and the row gives the medians."""
-    policy = make_policy({"kind": source}) if source in ("raptor", "robo_foundation") else policy_by_name(source)
-    path = None if source in ("raptor", "robo_foundation") else source
+    policy = policy_by_name(source)
+    path = None if source in SHIPPED_POLICIES else source
     params = dataclasses.replace(preset(robot), dt=1.0 / LOOP_HZ)
     fws, alones = [], []
     for seed in range(seeds if policy.kind in CHUNKED_KINDS else 1):
@@ -64,13 +66,12 @@ def fly(name: str, source: str, robot: str, flight: str, seconds: float, seeds: 
     fw_m = float(np.median([m["median_error_m"] for m in fws]))
     alone_m = float(np.median([m["median_error_m"] for m in alones]))
     fw_lost, alone_lost = sum(m["lost"] for m in fws), sum(m["lost"] for m in alones)
-    bound = max(1.5 * alone_m, alone_m + 0.01)
     return {"policy": name, "kind": policy.kind, "robot": robot, "mass_kg": float(params.mass), "flight": flight,
             "seeds": len(fws), "sim_alone_cm": 100 * alone_m, "firmware_cm": 100 * fw_m,
             "worst (alone/fw)": f"{100 * max(m['median_error_m'] for m in alones):.1f}/"
                                 f"{100 * max(m['median_error_m'] for m in fws):.1f}",
             "ratio": fw_m / max(alone_m, 1e-9), "lost (alone/fw)": f"{alone_lost}/{fw_lost}",
-            "target_met": "yes" if fw_lost == 0 and fw_m <= bound else "no",
+            "target_met": "yes" if fw_lost == 0 and fw_m <= firmware_error_bound_m(alone_m) else "no",
             "us_per_step": float(np.mean([m["step_us_mean"] for m in fws])),
             "us_max": max(m["step_us_max"] for m in fws), "late": max(m["late"] for m in fws)}
 

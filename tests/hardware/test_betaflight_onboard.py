@@ -25,7 +25,7 @@ from hardware.export.manifest import read_manifest
 from hardware.export.betaflight_build import (OnboardBuildError, OnboardSettings, _policy_sources, build_onboard_sitl,
                                               patched_sitl)
 from policies.foundation import load_raptor
-from robo.onboard import export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
+from robo.onboard import export_for_deployment, firmware_error_bound_m, fly_onboard, fly_sim_alone, onboard_settings
 from sims.quadrotor import preset
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
@@ -119,6 +119,6 @@ def test_raptor_inside_the_firmware_hovers_as_in_robos_sim(raptor_binary, tmp_pa
           f"{100 * alone['median_error_m']:.1f} cm); policy step in the firmware {firmware['step_us_mean']:.2f} us "
           f"mean, {firmware['step_us_max']:.1f} us max over {firmware['steps']} steps; late replies {firmware['late']}")
     assert not firmware["lost"] and firmware["median_error_m"] < 0.10
-    assert firmware["median_error_m"] < max(1.5 * alone["median_error_m"], alone["median_error_m"] + 0.01)
+    assert firmware["median_error_m"] < firmware_error_bound_m(alone["median_error_m"])
     assert firmware["steps"] >= HOVER_SECONDS * 100 - 250  # every 10th of the 1 kHz loops (logged per 250 steps)
     assert 0.0 < firmware["step_us_mean"] < 100.0

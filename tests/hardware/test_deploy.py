@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from robo.cli import main
+from robo.onboard import firmware_error_bound_m
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
                                 reason="building Betaflight SITL needs gcc and make")
@@ -16,7 +17,7 @@ pytest.importorskip("sims.vehicles.betaflight_firmware")
 def within_target(metrics: dict) -> bool:
     """The issue's bar: no loss, and within 1.5x of the sim alone's median error or + 1 cm, whichever is larger."""
     fw, alone = metrics["firmware"], metrics["sim_alone"]
-    bound = max(1.5 * alone["median_error_m"], alone["median_error_m"] + 0.01)
+    bound = firmware_error_bound_m(alone["median_error_m"])
     return not fw["lost"] and not alone["lost"] and fw["median_error_m"] <= bound
 
 
