@@ -90,25 +90,32 @@ def hover_then_eight(height: float = 1.0, climb_rate: float = 0.5, hover_s: floa
     return target
 
 
-def fly(robot, controller: PositionHold, trajectory, seconds: float, period: float = 0.02) -> dict:
+def fly(robot, controller: PositionHold, trajectory, seconds: float, period: float = 0.02,
+        clock=time.monotonic) -> dict:
     """Fly ``trajectory`` (t -> (position, velocity) target) for ``seconds`` at ``period`` through ``robot`` (an
     armed ``Robot``, normally a ``SafetyLayer``). -> {"t", "position", "target"} arrays (N,), (N, 3), (N, 3) and
-    "stopped": None, or why the flight ended early (a dropped command, a disarm)."""
+    "stopped": None, or why the flight ended early (a dropped command, a disarm).
+
+    ``clock`` () -> s times the trajectory, the ticks and the controller's integral: a simulator's clock when the
+    vehicle runs on sim time (a lockstep SITL, slower than the wall clock on a loaded host)."""
     log = {"t": [], "position": [], "target": [], "stopped": None}
-    t0 = time.monotonic()
-    k = 0
-    while (t := time.monotonic() - t0) < seconds:
+    t0 = clock()
+    k, last = 0, None
+    while (t := clock() - t0) < seconds:
         state = robot.read_state()
         if state is None or not state.armed:
             log["stopped"] = "the vehicle is not armed" if state is not None else "no state"
             break
         target, velocity = trajectory(t)
-        if robot.send(controller.command(state, target, period, target_velocity=velocity)) is None:
+        dt = period if last is None else max(t - last, 0.0)
+        last = t
+        if robot.send(controller.command(state, target, dt, target_velocity=velocity)) is None:
             log["stopped"] = f"command dropped: {getattr(robot, 'fault', None)}"
             break
         log["t"].append(t)
         log["position"].append(np.asarray(state.position, dtype=np.float64))
         log["target"].append(target)
         k += 1
-        time.sleep(max(0.0, t0 + k * period - time.monotonic()))
+        while (left := t0 + k * period - clock()) > 0:
+            time.sleep(left if clock is time.monotonic else min(left, 0.002))
     return {key: (np.array(v) if key != "stopped" else v) for key, v in log.items()}

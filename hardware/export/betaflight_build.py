@@ -43,6 +43,7 @@ GLUE_DIR = Path(__file__).parent / "betaflight"
 GLUE_FILES = ("robo_onboard.c", "robo_onboard.h")
 POLICY_FILES = ("robo_policy.c", "robo_policy.h")
 SITL_C = "src/platform/SIMULATOR/sitl.c"
+SCHEDULER_C = "src/main/scheduler/scheduler.c"
 # (anchor in sitl.c, text put after it): the two hooks and the include
 SITL_PATCHES = (
     ('#include "udplink.h"\n', '#include "robo_onboard.h"\n'),
@@ -50,6 +51,83 @@ SITL_PATCHES = (
     ("    pwmPkt.motor_speed[2] = motorsPwm[3] / outScale;\n", "    roboOnboardMotors(pwmPkt.motor_speed);\n"),
 )
 SITL_SOURCES = "$(LIB_MAIN_DIR)/dyad/dyad.c SIMULATOR/sitl.c SIMULATOR/udplink.c"
+# The lockstep clock (every lockstep build): the firmware's micros()/millis() follow the simulator's time instead of
+# the wall clock rescaled by the packets' spacing. Each state packet sets the clock's target, its timestamp (offset
+# once, at the first packet after init, when the main loop runs, to continue from the boot's clock: init's busy
+# waits stay on the stock clock); every delay (the main loop's 50 us idle,
+# ``delayMicroseconds_real`` in main.c, and ``delay``/``delayMicroseconds`` at init) moves the clock that far towards
+# the target without sleeping (``roboSimIdle``), and sleeps for real only once the clock has reached it (a delay
+# that holds the main loop up there answers the packet with the last motors, as a real vehicle's keep spinning). So the firmware lives each packet's period in 50 us steps of its own
+# loop: (period / gyro period) gyro loops per packet, the first one with the PID (SIMULATOR_GYROPID_SYNC), and every
+# task (scheduler, RX and failsafe timing, BOOTGRACE, calibration) on sim time; it never runs ahead of the last
+# packet, and a stalled host slows the flight down without changing it. The 500 ms resync (a packet after a pause
+# answered without being used) goes: every packet counts. In the scheduler (SCHEDULER_PATCHES), the poll for the
+# gyro's start time would spin forever on a clock that only its own loop moves: it goes (the gyro starts at most
+# schedLoopStartCycles early); and a gyro loop more than a period late (a 1 ms ``delay``) runs at once instead of at
+# the next period boundary, which the clock's 50 us steps may never land close enough to (gcd(50, 125) = 25 us).
+SIM_CLOCK_PATCHES = (
+    ("static double simRate = 1.0;\n",
+     "uint64_t micros64(void);\n"
+     "static uint64_t roboSimNs;       /* the lockstep clock, ns */\n"
+     "static uint64_t roboSimTargetNs; /* the last state packet's time + roboSimOffsetNs, ns */\n"
+     "static int64_t roboSimOffsetNs;\n"
+     "static int roboSimOn;            /* set at the first state packet in the main loop; before, the wall clock */\n"
+     "static int roboSimLoop;          /* the main loop runs (init is done) */\n"
+     "static void roboSimClockSet(double timestamp)\n{\n"
+     "    const int64_t t = (int64_t)llround(timestamp * 1e6) * 1000;  /* whole us */\n"
+     "    if (!__atomic_load_n(&roboSimLoop, __ATOMIC_ACQUIRE)) return;\n"
+     "    if (!__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) {\n"
+     "        roboSimOffsetNs = (int64_t)(micros64() * 1000) - t;  /* the stock clock's now: no step back */\n"
+     "        __atomic_store_n(&roboSimTargetNs, (uint64_t)(t + roboSimOffsetNs), __ATOMIC_RELEASE);\n"
+     "        __atomic_store_n(&roboSimNs, (uint64_t)(t + roboSimOffsetNs), __ATOMIC_RELEASE);\n"
+     "        __atomic_store_n(&roboSimOn, 1, __ATOMIC_RELEASE);\n"
+     "    } else if ((uint64_t)(t + roboSimOffsetNs) > __atomic_load_n(&roboSimTargetNs, __ATOMIC_ACQUIRE)) {\n"
+     "        __atomic_store_n(&roboSimTargetNs, (uint64_t)(t + roboSimOffsetNs), __ATOMIC_RELEASE);\n"
+     "    }\n}\n"),
+    ('static char simulator_ip[32] = "127.0.0.1";\n',
+     "static void microsleep(uint32_t usec);\n"
+     "/* A delay of us: the lockstep clock moves that far towards the target, or (at the target) waits for the next\n"
+     "   packet. busy: the main loop is held up inside a delay (init, an EEPROM write), so no PID answers the packet:\n"
+     "   answer it with the last motors, as a real vehicle's motors keep spinning, and the physics steps on. */\n"
+     "static void roboSimIdle(uint32_t us, int busy)\n{\n"
+     "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) {\n"
+     "        const uint64_t now = __atomic_load_n(&roboSimNs, __ATOMIC_ACQUIRE);\n"
+     "        const uint64_t target = __atomic_load_n(&roboSimTargetNs, __ATOMIC_ACQUIRE);\n"
+     "        if (now < target) {\n"
+     "            const uint64_t next = now + 1000ULL * us;\n"
+     "            __atomic_store_n(&roboSimNs, next < target ? next : target, __ATOMIC_RELEASE);\n"
+     "            return;\n"
+     "        }\n"
+     "        if (busy && pthread_mutex_trylock(&updateLock) == 0) {\n"
+     "            udpSend(&pwmLink, &pwmPkt, sizeof(servo_packet));\n"
+     "        }\n"
+     "        microsleep(us < 50 ? us : 50);\n"
+     "        return;\n"
+     "    }\n"
+     "    microsleep(us);\n}\n"),
+    ("    if (realtime_now > last_realtime + 500*1e3) { // 500ms timeout",
+     None, "    if (0 && realtime_now > last_realtime + 500*1e3) { // 500ms timeout (off: the lockstep clock)"),
+    ("#if defined(SIMULATOR_GYROPID_SYNC)\n    pthread_mutex_unlock(&mainLoopLock); // can run main loop\n#endif\n",
+     "    roboSimClockSet(pkt->timestamp);  /* last: the firmware lives the period only once it may answer */\n"),
+    ("uint64_t micros64(void)\n{\n",
+     "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) return __atomic_load_n(&roboSimNs, __ATOMIC_ACQUIRE) / 1000;\n"),
+    ("uint64_t millis64(void)\n{\n",
+     "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) return __atomic_load_n(&roboSimNs, __ATOMIC_ACQUIRE) / 1000000;\n"),
+    ("void delayMicroseconds_real(uint32_t us)\n{\n",
+     "    __atomic_store_n(&roboSimLoop, 1, __ATOMIC_RELEASE);  /* only main.c's loop calls it */\n"
+     "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) { roboSimIdle(us, 0); return; }\n"),
+    ("void delayMicroseconds(uint32_t us)\n{\n",
+     "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) { roboSimIdle(us, 1); return; }\n"),
+    ("        microsleep(1000);\n    }\n}\n", None, "        roboSimIdle(1000, 1);\n    }\n}\n"),
+)
+SCHEDULER_PATCHES = (
+    ('#include "scheduler.h"\n', None, '#include "scheduler/scheduler.h"  /* src/main\'s, from the overlay */\n'),
+    ("            while (schedLoopRemainingCycles > 0) {\n", None,
+     "            while (0 && schedLoopRemainingCycles > 0) {  /* off: the lockstep clock */\n"),
+    ("            nextTargetCycles += desiredPeriodCycles * (1 + (schedLoopRemainingCycles / -desiredPeriodCycles));\n",
+     None, "            nextTargetCycles += desiredPeriodCycles * (schedLoopRemainingCycles / -desiredPeriodCycles);"
+     "  /* now: the lockstep clock */\n"),
+)
 
 
 class OnboardBuildError(RuntimeError):
@@ -130,14 +208,28 @@ def firmware_source() -> Path:
     return src
 
 
-def patched_sitl(text: str) -> str:
-    """sitl.c with robo's include and two hooks; OnboardBuildError if the source no longer has the anchors."""
-    for anchor, addition in SITL_PATCHES:
+def _patch(text: str, patches) -> str:
+    """Each (anchor, text put after it) or (anchor, None, replacement); OnboardBuildError if an anchor is not there
+    exactly once."""
+    for anchor, addition, *replacement in patches:
         if text.count(anchor) != 1:
             raise OnboardBuildError(f"sitl.c holds {text.count(anchor)} copies of {anchor.strip()!r}, expected 1: "
-                                    "this Betaflight version differs from 4.6.0; update SITL_PATCHES")
-        text = text.replace(anchor, anchor + addition)
+                                    "this Betaflight version differs from 4.6.0; update hardware/export/betaflight_build.py")
+        text = text.replace(anchor, replacement[0] if addition is None else anchor + addition)
     return text
+
+
+def patched_sitl(text: str) -> str:
+    """sitl.c with robo's include and two hooks."""
+    return _patch(text, SITL_PATCHES)
+
+
+def lockstep_overlay(source: Path, sitl_c: str | None = None) -> dict[str, str]:
+    """The overlay files of a lockstep build: sitl.c (``sitl_c`` or the stock one) with the lockstep clock, and the
+    scheduler that catches the gyro loop up (overlay names relative to src/main; sitl.c in SIMULATOR/)."""
+    sitl = sitl_c if sitl_c is not None else (source / SITL_C).read_text()
+    return {"sitl.c": _patch(sitl, SIM_CLOCK_PATCHES),
+            "scheduler/scheduler.c": _patch((source / SCHEDULER_C).read_text(), SCHEDULER_PATCHES)}
 
 
 def _policy_sources(policy_dir: Path) -> dict[str, str]:
@@ -182,7 +274,8 @@ def cache_dir() -> Path:
 def build_sitl(out: Path, make_args: list[str] | None = None, overlay_files: dict[str, str] | None = None,
                jobs: int = 2, what: str = "make TARGET=SITL") -> Path:
     """The SITL binary built into ``out/obj/`` from the pip package's source, once (then the cached one):
-    ``overlay_files`` (name -> text) are written to ``out/overlay/SIMULATOR/`` first and ``make_args`` added to
+    ``overlay_files`` (name -> text) are written to ``out/overlay/SIMULATOR/<name>`` (a name with a folder, as
+    ``scheduler/scheduler.c``: ``out/overlay/<name>``, found before src/main's through ``VPATH``) first and ``make_args`` added to
     ``make TARGET=SITL``; the wall time goes to ``out/build_seconds.txt``. A file lock keeps concurrent builds of
     the same ``out`` apart. OnboardBuildError without gcc or make, or when make fails."""
     found = sorted(out.glob("obj/betaflight_*_SITL"))
@@ -200,8 +293,9 @@ def build_sitl(out: Path, make_args: list[str] | None = None, overlay_files: dic
         if found:
             return found[0]
         for name, text in (overlay_files or {}).items():
-            (out / "overlay" / "SIMULATOR").mkdir(parents=True, exist_ok=True)
-            (out / "overlay" / "SIMULATOR" / name).write_text(text)
+            path = out / "overlay" / (name if "/" in name else f"SIMULATOR/{name}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
         t0 = time.monotonic()
         with open(out / "build.log", "w") as log:
             done = subprocess.run(["make", f"-j{jobs}", "TARGET=SITL", f"OBJECT_DIR={out / 'obj' / 'main'}",
@@ -223,6 +317,8 @@ def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = Onboa
              "robo_onboard_config.h": settings.config_header(manifest),
              "manifest.json": (policy_dir / "manifest.json").read_text(),  # the overlay is an export folder too
              "sitl.c": patched_sitl((source / SITL_C).read_text())}
+    if settings.lockstep:
+        files.update(lockstep_overlay(source, files["sitl.c"]))
     digest = hashlib.sha256(repr((sorted(files.items()), settings.lockstep)).encode()).hexdigest()[:16]
     out = cache_dir() / "onboard" / digest
     overlay = out / "overlay"
@@ -231,6 +327,20 @@ def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = Onboa
     args = [f"VPATH={vpath}", f"MCU_COMMON_SRC={SITL_SOURCES} SIMULATOR/robo_onboard.c SIMULATOR/robo_policy.c",
             f"EXTRA_FLAGS={flags}"]
     return build_sitl(out, args, files, jobs, what="make TARGET=SITL with robo's policy")
+
+
+def build_lockstep_sitl(jobs: int = 2) -> Path:
+    """Stock Betaflight (no policy: a companion computer or RC flies it) on the lockstep clock
+    (``SIM_CLOCK_PATCHES``); built on first use into ``<cache>/lockstep/<key>/``, then cached. Without
+    ``SIMULATOR_GYROPID_SYNC``: its PID loop runs at every gyro loop (every ~125 us of sim time, the rate its
+    filters and rate controller are tuned for; once per packet they lag 30x) and the first one after each state
+    packet answers it."""
+    files, flags = lockstep_overlay(firmware_source()), ""  # no SIMULATOR_GYROPID_SYNC
+    out = cache_dir() / "lockstep" / hashlib.sha256(repr((sorted(files.items()), flags)).encode()).hexdigest()[:16]
+    overlay = out / "overlay"
+    args = [f"VPATH={overlay}:./src/main:./lib/main:./src/platform", f"MCU_COMMON_SRC={SITL_SOURCES}",
+            f"EXTRA_FLAGS=-I{overlay / 'SIMULATOR'}{flags}"]
+    return build_sitl(out, args, files, jobs, what="make TARGET=SITL (lockstep)")
 
 
 LOG_LINE = re.compile(r"\[robo_onboard\] steps (\d+) step_us mean ([\d.]+) max ([\d.]+) total_mean ([\d.]+)")

@@ -12,11 +12,21 @@ at z = 0, stepped in a background thread. Each step sends the state to the firmw
 ``fdm_packet``), waits for the one ``servo_packet`` the firmware sends per state packet (UDP 9002),
 and integrates ``params.dt`` with those motors. Optionally RC goes in on UDP 9004 (``send_rc``).
 
-Timing: the stock SITL has no lockstep (``SIMULATOR_GYROPID_SYNC`` is off in its ``target.h``): its
-scheduler runs on its own clock, which it scales by (sim time / wall time) between state packets. So
-the physics runs in **real time**: steps are paced to the wall clock (``mode == "real time"``); a late
-step shifts the schedule instead of bursting, and no two state packets leave closer than ``MIN_SPACING`` steps
-apart (the firmware rescales its clock from each packet pair's spacing), so the firmware's clock follows sim time.
+Timing, two modes:
+
+- ``lockstep=True`` (``mode == "lockstep"``; the tests and ``robo deploy`` fly this): the binary is
+  ``lockstep_binary()`` (stock Betaflight built with ``SIMULATOR_GYROPID_SYNC`` and robo's lockstep clock, see
+  ``hardware.export.betaflight_build.SIM_CLOCK_PATCHES``) or an onboard build. The firmware's clock is sim time
+  (the state packets' timestamps) and it runs one control loop per state packet; once it answers, every step waits
+  for its reply (up to ``LOCKSTEP_GUARD`` s, a dead firmware's bound), so a stalled host slows the flight down and
+  changes nothing in it. Steps are still paced to at most the wall clock, for the companion computer's MSP link,
+  which runs in wall time as on a real vehicle: the firmware never runs ahead of it.
+- ``lockstep=False`` (``mode == "real time"``): the stock SITL (``SIMULATOR_GYROPID_SYNC`` is off in its
+  ``target.h``) schedules on its own clock, which it scales by (sim time / wall time) between state packets. So
+  the physics runs in real time: steps are paced to the wall clock; a late step shifts the schedule instead of
+  bursting, and no two state packets leave closer than ``MIN_SPACING`` steps apart (the firmware rescales its clock
+  from each packet pair's spacing). On a loaded machine its clock races or crawls now and then (failsafes,
+  ``BOOTGRACE`` stalls): ``benchmarks/betaflight_sitl.py`` measures it; nothing in the tests flies it.
 ``start`` returns once the firmware answers state packets, and starts a fresh process when one does not (see
 ``_until_answering``). ``rates()``
 reports the achieved step rate and the share of steps the firmware answered in time.
@@ -63,6 +73,8 @@ ROBO_FROM_PACKET = [0, 3, 1, 2]  # robo [FR, BR, BL, FL] = packet [FR, RL, FL, R
 ORIGIN = (47.0, 8.0, 400.0)  # lat deg, lon deg, alt m of the local origin (virtual GPS)
 EARTH_RADIUS, GRAVITY = 6378137.0, 9.80665
 MIN_SPACING = 0.75  # state packets are at least this many physics steps apart (see _physics)
+ANSWERING = 10  # replies after which a lockstep process counts as answering (one may leave before the first packet)
+LOCKSTEP_GUARD = 2.0  # s a lockstep step waits for its reply once the firmware answers (only a dead one takes it)
 
 
 class FirmwareUnavailable(RuntimeError):
@@ -87,6 +99,14 @@ def sitl_binary(jobs: int = 2) -> Path:
     """The stock SITL executable, built into ``cache_dir()`` on first use (needs gcc and make)."""
     try:
         return betaflight_build.build_sitl(cache_dir(), jobs=jobs)
+    except betaflight_build.OnboardBuildError as e:
+        raise FirmwareUnavailable(str(e)) from e
+
+
+def lockstep_binary(jobs: int = 2) -> Path:
+    """Stock Betaflight built for lockstep (``hardware.export.betaflight_build.build_lockstep_sitl``), cached."""
+    try:
+        return betaflight_build.build_lockstep_sitl(jobs=jobs)
     except betaflight_build.OnboardBuildError as e:
         raise FirmwareUnavailable(str(e)) from e
 
@@ -180,11 +200,11 @@ class BetaflightFirmware:
         run_dir: folder for ``eeprom.bin`` and ``sitl.log`` (default: a fresh temporary folder, removed at close).
         eeprom: a saved ``eeprom.bin`` to start from (copied into ``run_dir``).
         reply_timeout: s to wait for the servo packet of a step before reusing the last motors (default: dt;
-            50 ms with ``lockstep``).
-        binary: the SITL executable to run (default: ``sitl_binary()``, the stock build), e.g. one built by
+            with ``lockstep``, dt until the firmware first answers, then ``LOCKSTEP_GUARD``).
+        binary: the SITL executable to run (default: ``lockstep_binary()`` with ``lockstep``, else
+            ``sitl_binary()``, the stock build), e.g. one built by
             ``hardware.export.betaflight_build.build_onboard_sitl`` with robo's policy as its controller.
-        lockstep: the binary was built with ``SIMULATOR_GYROPID_SYNC`` (one control loop per state packet): each
-            step waits for its reply; steps stay paced to the wall clock (MSP and RC run in wall time).
+        lockstep: the binary runs on sim time, one control loop per state packet (see the module's Timing).
     """
 
     mode = "real time"
@@ -195,7 +215,9 @@ class BetaflightFirmware:
         self.params = params or preset("betaflight_quadx")
         self.position = np.asarray(position, dtype=np.float64)
         self.binary, self.mode = (Path(binary) if binary else None), ("lockstep" if lockstep else "real time")
-        self.reply_timeout = reply_timeout if reply_timeout is not None else 0.05 if lockstep else self.params.dt
+        self.reply_timeout = reply_timeout if reply_timeout is not None else self.params.dt
+        self.lockstep_guard = LOCKSTEP_GUARD if reply_timeout is None else reply_timeout
+        self._answered = 0  # lockstep: state packets this process answered (from ANSWERING on, each step waits)
         self._own_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="robo-betaflight-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -221,7 +243,7 @@ class BetaflightFirmware:
 
     # process ------------------------------------------------------------------------------------------------
     def start(self) -> "BetaflightFirmware":
-        binary = self.binary or sitl_binary()
+        binary = self._binary()
         busy = [h for h in (_port_holder(MSP_PORT, socket.SOCK_STREAM), _port_holder(PORT_STATE, socket.SOCK_DGRAM),
                             _port_holder(PORT_RC, socket.SOCK_DGRAM), _port_holder(PORT_PWM, socket.SOCK_DGRAM)) if h]
         if busy:
@@ -280,6 +302,7 @@ class BetaflightFirmware:
         sitl.log, though it sets SO_REUSEADDR) and runs on without MSP; such a process is replaced."""
         path = self.run_dir / "sitl.log"
         for _ in range(attempts):
+            self._answered = 0
             start = path.stat().st_size if path.exists() else 0
             with open(path, "ab") as log:
                 self._proc = subprocess.Popen([str(binary)], cwd=self.run_dir, stdout=log, stderr=subprocess.STDOUT,
@@ -310,10 +333,13 @@ class BetaflightFirmware:
                 self._stop_process()
         self._quiet.set()  # no state packets into the new process's start-up (see _until_answering)
         try:
-            self._spawn(self.binary or sitl_binary())
+            self._spawn(self._binary())
         finally:
             self._quiet.clear()
-        self._until_answering(self.binary or sitl_binary())
+        self._until_answering(self._binary())
+
+    def _binary(self) -> Path:
+        return self.binary or (lockstep_binary() if self.mode == "lockstep" else sitl_binary())
 
     @property
     def alive(self) -> bool:
@@ -415,12 +441,14 @@ class BetaflightFirmware:
                     self._out.sendto(fdm_packet(self.time + dt, state, sf), ("127.0.0.1", PORT_STATE))
             except OSError:
                 return
-            motors = self._receive_motors(self.reply_timeout)
+            lockstep = self._answered >= ANSWERING and self.mode == "lockstep" and not self._quiet.is_set()
+            motors = self._receive_motors(self.lockstep_guard if lockstep else self.reply_timeout)
             if motors is None:
                 self.counts["late"] += 1
                 motors = self._motors
             else:
                 self.counts["replies"] += 1
+                self._answered += 1
             self._step(motors, dt)
             # The SITL's clock runs at (packet time step) / (wall time between the last two packets it read) until
             # the next packet: two packets sent back to back after a late step make it race (x20 for a 0.2 ms gap).

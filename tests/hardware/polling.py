@@ -14,14 +14,15 @@ def wait_for(predicate, timeout: float = 1.0, interval: float = 0.005) -> bool:
 
 
 def start_firmware(timeout: float = 90.0, **kwargs):
-    """A started ``BetaflightFirmware(**kwargs)``; while another one (another test file, a benchmark) holds the
-    fixed ports, wait for it to finish; skip, saying so, if it still holds them after ``timeout`` s."""
+    """A started ``BetaflightFirmware(lockstep=True, **kwargs)`` (stock Betaflight on sim time, see
+    ``sims.vehicles.betaflight_firmware``); while another one (another test file, a benchmark) holds the fixed
+    ports, wait for it to finish; skip, saying so, if it still holds them after ``timeout`` s."""
     from sims.vehicles.betaflight_firmware import BetaflightFirmware, FirmwareUnavailable
 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return BetaflightFirmware(**kwargs).start()
+            return BetaflightFirmware(**{"lockstep": True, **kwargs}).start()
         except FirmwareUnavailable as e:
             if "busy" not in str(e):
                 raise
@@ -31,41 +32,35 @@ def start_firmware(timeout: float = 90.0, **kwargs):
 
 
 def connect_msp(fw, **kwargs):
-    """A ``BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)`` connected to the firmware ``fw``.
-
-    Now and then (in 4 of 20 runs of the SITL test files on this 2-core VM, about ten starts each) a SITL process
-    answers state packets but sends no MSP telemetry within 5 s; a fresh process does, so such a start is replaced
-    once (its run folder and eeprom.bin stay) before the test fails.
-    """
-    from hardware.drivers.base import RobotError
+    """A ``BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)`` connected to the firmware ``fw``."""
     from hardware.drivers.betaflight import BetaflightRobot
 
-    for attempt in range(2):
-        robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)
-        try:
-            robot.connect(timeout=5.0)
-            return robot
-        except RobotError:
-            if attempt == 1:
-                raise
-            fw.restart(timeout=0.0)
+    robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)
+    robot.connect(timeout=5.0)
+    return robot
 
 
 def connect_provisioned(fw, setup, **kwargs):
     """``connect_msp(fw, **kwargs)``, then ``provision(robot, setup)`` and ``calibrate_accelerometer`` -> (robot,
-    whether provisioning asked for a reboot). A SITL process whose clock stalls after its start (the calibration
-    never ends: in 4 of 20 runs of the SITL test files here) is replaced once, and provisioned again."""
-    from hardware.drivers.base import RobotError
+    whether provisioning asked for a reboot)."""
     from hardware.drivers.betaflight_setup import calibrate_accelerometer, provision
 
-    for attempt in range(2):
-        robot = connect_msp(fw, **kwargs)
-        try:
-            reboot = provision(robot, setup)
-            calibrate_accelerometer(robot)
-            return robot, reboot
-        except RobotError:
-            robot.close()
-            if attempt == 1:
-                raise
-            fw.restart(timeout=0.0)
+    robot = connect_msp(fw, **kwargs)
+    try:
+        reboot = provision(robot, setup)
+        calibrate_accelerometer(robot)
+    except BaseException:
+        robot.close()
+        raise
+    return robot, reboot
+
+
+def sim_seconds_between(firmware, wall_t0: float, until) -> float:
+    """Sim s from the first logged physics step at or after host time ``wall_t0`` to the first one after it whose
+    motors satisfy ``until(motors)`` (``firmware.log_motors`` on before ``wall_t0``); AssertionError if none does."""
+    log = list(firmware.motor_log)
+    start = next((sim for wall, sim, _ in log if wall >= wall_t0), None)
+    assert start is not None, "no physics step logged after the event"
+    end = next((sim for wall, sim, m in log if wall >= wall_t0 and until(m)), None)
+    assert end is not None, "the motors never did"
+    return end - start
