@@ -52,47 +52,41 @@ SITL_PATCHES = (
 )
 SITL_SOURCES = "$(LIB_MAIN_DIR)/dyad/dyad.c SIMULATOR/sitl.c SIMULATOR/udplink.c"
 # The lockstep clock (every lockstep build): the firmware's micros()/millis() follow the simulator's time instead of
-# the wall clock rescaled by the packets' spacing. Each state packet sets the clock's target, its timestamp (offset
-# once, at the first packet after init, when the main loop runs, to continue from the boot's clock: init's busy
-# waits stay on the stock clock); every delay (the main loop's 50 us idle,
-# ``delayMicroseconds_real`` in main.c, and ``delay``/``delayMicroseconds`` at init) moves the clock that far towards
-# the target without sleeping (``roboSimIdle``), and sleeps for real only once the clock has reached it (a delay
-# that holds the main loop up there answers the packet with the last motors, as a real vehicle's keep spinning). So the firmware lives each packet's period in 50 us steps of its own
-# loop: (period / gyro period) gyro loops per packet, the first one with the PID (SIMULATOR_GYROPID_SYNC), and every
-# task (scheduler, RX and failsafe timing, BOOTGRACE, calibration) on sim time; it never runs ahead of the last
-# packet, and a stalled host slows the flight down without changing it. The 500 ms resync (a packet after a pause
-# answered without being used) goes: every packet counts. In the scheduler (SCHEDULER_PATCHES), the poll for the
-# gyro's start time would spin forever on a clock that only its own loop moves: it goes (the gyro starts at most
-# schedLoopStartCycles early); and a gyro loop more than a period late (a 1 ms ``delay``) runs at once instead of at
-# the next period boundary, which the clock's 50 us steps may never land close enough to (gcd(50, 125) = 25 us).
+# the wall clock rescaled by the packets' spacing. Each state packet's timestamp is the clock's target; the main
+# loop switches to the lockstep clock at its first idle after a packet arrived (init's busy waits stay on the stock
+# clock), continuing from the stock clock's value. Every delay (the main loop's 50 us idle,
+# ``delayMicroseconds_real`` in main.c, and ``delay``/``delayMicroseconds``) moves the clock that far towards the
+# target without sleeping (``roboSimIdle``), and sleeps for real only once the clock has reached it (a delay that
+# holds the main loop up there answers the packet with the last motors, as a real vehicle's keep spinning). So the
+# firmware lives each packet's period in 50 us steps of its own loop: (period / gyro period) gyro loops per
+# packet, the first one after the packet answering it, and every task (scheduler, RX and failsafe timing,
+# BOOTGRACE, calibration) on sim time; it never runs ahead of the last packet, and a stalled host slows the flight
+# down without changing it. The 500 ms resync (a packet after a pause answered without being used) goes: every
+# packet counts. In the scheduler (SCHEDULER_PATCHES), the poll for the gyro's start time would spin forever on a
+# clock that only its own loop moves: it goes (the gyro starts at most schedLoopStartCycles early); and a gyro loop
+# more than a period late (a 1 ms ``delay``) runs at once instead of at the next period boundary, which the clock's
+# 50 us steps may never land close enough to (gcd(50, 125) = 25 us).
 SIM_CLOCK_PATCHES = (
     ("static double simRate = 1.0;\n",
      "uint64_t micros64(void);\n"
-     "static uint64_t roboSimNs;       /* the lockstep clock, ns */\n"
-     "static uint64_t roboSimTargetNs; /* the last state packet's time + roboSimOffsetNs, ns */\n"
-     "static int64_t roboSimOffsetNs;\n"
-     "static int roboSimOn;            /* set at the first state packet in the main loop; before, the wall clock */\n"
-     "static int roboSimLoop;          /* the main loop runs (init is done) */\n"
+     "static uint64_t roboSimPacketNs; /* the last state packet's timestamp, ns (written by the udp thread) */\n"
+     "static uint64_t roboSimNs;       /* the lockstep clock, ns (written by the main thread) */\n"
+     "static int64_t roboSimOffsetNs;  /* clock - packet time, set once by the main thread */\n"
+     "static int roboSimOn;            /* the main loop has switched to the lockstep clock */\n"
      "static void roboSimClockSet(double timestamp)\n{\n"
-     "    const int64_t t = (int64_t)llround(timestamp * 1e6) * 1000;  /* whole us */\n"
-     "    if (!__atomic_load_n(&roboSimLoop, __ATOMIC_ACQUIRE)) return;\n"
-     "    if (!__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) {\n"
-     "        roboSimOffsetNs = (int64_t)(micros64() * 1000) - t;  /* the stock clock's now: no step back */\n"
-     "        __atomic_store_n(&roboSimTargetNs, (uint64_t)(t + roboSimOffsetNs), __ATOMIC_RELEASE);\n"
-     "        __atomic_store_n(&roboSimNs, (uint64_t)(t + roboSimOffsetNs), __ATOMIC_RELEASE);\n"
-     "        __atomic_store_n(&roboSimOn, 1, __ATOMIC_RELEASE);\n"
-     "    } else if ((uint64_t)(t + roboSimOffsetNs) > __atomic_load_n(&roboSimTargetNs, __ATOMIC_ACQUIRE)) {\n"
-     "        __atomic_store_n(&roboSimTargetNs, (uint64_t)(t + roboSimOffsetNs), __ATOMIC_RELEASE);\n"
+     "    const uint64_t t = (uint64_t)llround(timestamp * 1e6) * 1000;  /* whole us */\n"
+     "    if (t > __atomic_load_n(&roboSimPacketNs, __ATOMIC_ACQUIRE)) {\n"
+     "        __atomic_store_n(&roboSimPacketNs, t, __ATOMIC_RELEASE);\n"
      "    }\n}\n"),
     ('static char simulator_ip[32] = "127.0.0.1";\n',
      "static void microsleep(uint32_t usec);\n"
-     "/* A delay of us: the lockstep clock moves that far towards the target, or (at the target) waits for the next\n"
-     "   packet. busy: the main loop is held up inside a delay (init, an EEPROM write), so no PID answers the packet:\n"
+     "/* A delay of us: the lockstep clock moves that far towards the last packet's time, or (there) waits for the\n"
+     "   next packet. busy: the main loop is held up inside a delay (an EEPROM write), so no PID answers the packet:\n"
      "   answer it with the last motors, as a real vehicle's motors keep spinning, and the physics steps on. */\n"
      "static void roboSimIdle(uint32_t us, int busy)\n{\n"
      "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) {\n"
      "        const uint64_t now = __atomic_load_n(&roboSimNs, __ATOMIC_ACQUIRE);\n"
-     "        const uint64_t target = __atomic_load_n(&roboSimTargetNs, __ATOMIC_ACQUIRE);\n"
+     "        const uint64_t target = __atomic_load_n(&roboSimPacketNs, __ATOMIC_ACQUIRE) + roboSimOffsetNs;\n"
      "        if (now < target) {\n"
      "            const uint64_t next = now + 1000ULL * us;\n"
      "            __atomic_store_n(&roboSimNs, next < target ? next : target, __ATOMIC_RELEASE);\n"
@@ -104,7 +98,16 @@ SIM_CLOCK_PATCHES = (
      "        microsleep(us < 50 ? us : 50);\n"
      "        return;\n"
      "    }\n"
-     "    microsleep(us);\n}\n"),
+     "    microsleep(us);\n}\n"
+     "/* The main loop's first idle after a state packet arrived switches to the lockstep clock, continuing from the\n"
+     "   stock clock's value (read on this thread: the stock micros64 is not thread-safe; no step back). */\n"
+     "static void roboSimSwitch(void)\n{\n"
+     "    const uint64_t packet = __atomic_load_n(&roboSimPacketNs, __ATOMIC_ACQUIRE);\n"
+     "    if (packet == 0) return;\n"
+     "    const uint64_t now = micros64() * 1000ULL;\n"
+     "    roboSimOffsetNs = (int64_t)(now - packet);\n"
+     "    __atomic_store_n(&roboSimNs, now, __ATOMIC_RELEASE);\n"
+     "    __atomic_store_n(&roboSimOn, 1, __ATOMIC_RELEASE);\n}\n"),
     ("    if (realtime_now > last_realtime + 500*1e3) { // 500ms timeout",
      None, "    if (0 && realtime_now > last_realtime + 500*1e3) { // 500ms timeout (off: the lockstep clock)"),
     ("#if defined(SIMULATOR_GYROPID_SYNC)\n    pthread_mutex_unlock(&mainLoopLock); // can run main loop\n#endif\n",
@@ -114,7 +117,7 @@ SIM_CLOCK_PATCHES = (
     ("uint64_t millis64(void)\n{\n",
      "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) return __atomic_load_n(&roboSimNs, __ATOMIC_ACQUIRE) / 1000000;\n"),
     ("void delayMicroseconds_real(uint32_t us)\n{\n",
-     "    __atomic_store_n(&roboSimLoop, 1, __ATOMIC_RELEASE);  /* only main.c's loop calls it */\n"
+     "    if (!roboSimOn) roboSimSwitch();  /* only main.c's loop calls it: init is done */\n"
      "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) { roboSimIdle(us, 0); return; }\n"),
     ("void delayMicroseconds(uint32_t us)\n{\n",
      "    if (__atomic_load_n(&roboSimOn, __ATOMIC_ACQUIRE)) { roboSimIdle(us, 1); return; }\n"),

@@ -15,9 +15,9 @@ and integrates ``params.dt`` with those motors. Optionally RC goes in on UDP 900
 Timing, two modes:
 
 - ``lockstep=True`` (``mode == "lockstep"``; the tests and ``robo deploy`` fly this): the binary is
-  ``lockstep_binary()`` (stock Betaflight built with ``SIMULATOR_GYROPID_SYNC`` and robo's lockstep clock, see
+  ``lockstep_binary()`` (stock Betaflight on robo's lockstep clock, see
   ``hardware.export.betaflight_build.SIM_CLOCK_PATCHES``) or an onboard build. The firmware's clock is sim time
-  (the state packets' timestamps) and it runs one control loop per state packet; once it answers, every step waits
+  (the state packets' timestamps) and it answers every state packet; once it answers, every step waits
   for its reply (up to ``LOCKSTEP_GUARD`` s, a dead firmware's bound), so a stalled host slows the flight down and
   changes nothing in it. Steps are still paced to at most the wall clock, for the companion computer's MSP link,
   which runs in wall time as on a real vehicle: the firmware never runs ahead of it.
@@ -204,7 +204,7 @@ class BetaflightFirmware:
         binary: the SITL executable to run (default: ``lockstep_binary()`` with ``lockstep``, else
             ``sitl_binary()``, the stock build), e.g. one built by
             ``hardware.export.betaflight_build.build_onboard_sitl`` with robo's policy as its controller.
-        lockstep: the binary runs on sim time, one control loop per state packet (see the module's Timing).
+        lockstep: the binary runs on sim time and answers every state packet (see the module's Timing).
     """
 
     mode = "real time"
