@@ -7,7 +7,7 @@ the sim alone and inside the firmware, whether the firmware flight meets the tar
 or + 1 cm, whichever is larger, and not lost: > 2 m from the reference; a chunk policy flies several seeds, as
 its take-off from the ground is a draw), and the policy's µs per step inside the
 SITL process (this machine's CPU, not an MCU: ``benchmarks/mcu.py`` has those) and the physics steps whose reply
-came late (lockstep waits 50 ms for each).
+came late (in lockstep each step waits for its reply, up to a 2 s guard).
 
     python benchmarks/deploy_firmware.py                          # RAPTOR and robo_foundation, 3 airframes
     python benchmarks/deploy_firmware.py --flight sac_actor=runs/main/<time>/train/checkpoints/best/policy:crazyflie:hover \\

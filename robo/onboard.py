@@ -40,12 +40,12 @@ from sims.vehicles import betaflight_firmware as bf
 TARGET = (0.0, 0.0, 1.0)
 SETTLE_SECONDS = 1.5  # the take-off: errors are scored after it
 LOST_M = 2.0  # farther than this from the reference after the take-off: lost (the tasks' termination radius)
+FIGURE_EIGHT = {"amplitude": 1.0, "period": 6.0}  # robo's figure_eight task defaults (configs/task/hover.yaml)
 
 
 def firmware_error_bound_m(sim_alone_median_m: float) -> float:
     """The firmware flight's target: a median error within 1.5x of the sim alone's, or + 1 cm, whichever is larger."""
     return max(1.5 * sim_alone_median_m, sim_alone_median_m + 0.01)
-FIGURE_EIGHT = {"amplitude": 1.0, "period": 6.0}  # robo's figure_eight task defaults (configs/task/hover.yaml)
 
 
 def export_for_deployment(policy, directory: str | Path, path: str | Path | None = None, seed: int = 0):

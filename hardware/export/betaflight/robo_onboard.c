@@ -5,8 +5,8 @@
      3:12  rotation body -> world, row-major from the firmware's attitude quaternion (getQuaternion)
      12:15 velocity - reference's, m/s      from the simulator packet
      15:18 body rates, rad/s                from the firmware's calibrated, aligned gyro (gyro.gyroADC, deg/s),
-           before its low-pass filters: their coefficients assume Betaflight's 8 kHz gyro, so at the SITL's
-           1 kHz lockstep loop they lag 8x what they do on a flight controller (docs/guide/hardware.md)
+           before its low-pass filters: their coefficients assume Betaflight's 8 kHz gyro, and on the stock
+           SITL clock they ran once per 1 kHz packet, lagging 8x (docs/guide/hardware.md)
      18:22 previous action [FR, BR, BL, FL], as the policy's manifest says it was trained:
            clipped_hover (ROBO_PREVIOUS_ACTION_RAW 0): the command last written, clipped to [-1, 1];
            raw_motor_state (1): the policy's output as given; ROBO_INITIAL_PREVIOUS_ACTION after arming
