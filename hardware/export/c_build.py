@@ -133,7 +133,8 @@ def export_c(policy, directory: str | Path, prefix: str = "robo_policy", example
 def _harness(sources: CSources, template: str, directory: Path, opt: str) -> Path:
     sources.write(directory)
     (directory / "harness.c").write_text(template.format(prefix=sources.prefix, up=sources.prefix.upper()))
-    return compile_c([directory / "harness.c", directory / f"{sources.prefix}.c"], directory / "harness", opt)
+    units = [directory / n for n in sources.files if n.endswith(".c") and n != "main.c"]  # the policy and its parts
+    return compile_c([directory / "harness.c", *units], directory / "harness", opt)
 
 
 def c_rollout(sources: CSources, observations: np.ndarray, opt: str = "-O2") -> np.ndarray:
