@@ -155,6 +155,7 @@ class OnboardSettings:
         robot's hover command; ``raw_motor_state``: -1, the motors at rest). Give the flown robot's hover command
         (``2 u_hover - 1``) to match robo's tasks, which reset it to the simulated robot's.
     log_every: policy steps between two ``[robo_onboard]`` lines.
+    log_steps: every policy step also prints ``[robo_step] k obs (22) action (4)`` (``onboard_steps`` reads them).
     """
 
     target: tuple[float, float, float] = (0.0, 0.0, 1.0)
@@ -167,6 +168,7 @@ class OnboardSettings:
     figure_eight_period: float = 6.0
     initial_previous_action: float | None = None
     log_every: int = 250
+    log_steps: bool = False
 
     def __post_init__(self) -> None:
         if self.reference not in ("hover", "figure_eight"):
@@ -188,6 +190,7 @@ class OnboardSettings:
                 f"#define ROBO_ORIGIN_LAT {lat!r}\n#define ROBO_ORIGIN_LON {lon!r}\n#define ROBO_ORIGIN_ALT {alt!r}\n"
                 f"#define ROBO_EARTH_RADIUS {float(self.earth_radius)!r}\n"
                 f"#define ROBO_LOG_EVERY {int(self.log_every)}\n"
+                f"#define ROBO_LOG_STEPS {int(self.log_steps)}\n"
                 f"#define ROBO_POLICY_EVERY {every} /* loops per policy step: {self.loop_hz:g} Hz / "
                 f"{manifest.control_rate_hz:g} Hz */\n"
                 f"#define ROBO_POLICY_DT {1.0 / manifest.control_rate_hz!r}\n"
@@ -241,6 +244,12 @@ def _policy_sources(policy_dir: Path) -> dict[str, str]:
         raise OnboardBuildError(f"{policy_dir} has no {', '.join(missing)}; export the policy first: "
                                 f"robo export policy=<checkpoint or raptor> format=c out={policy_dir}")
     files = {f: (policy_dir / f).read_text() for f in POLICY_FILES}
+    for part in re.findall(r'#include "(\w+)\.h"', files["robo_policy.h"]):  # modules robo_policy calls
+        for name in (f"{part}.h", f"{part}.c"):
+            if not (policy_dir / name).is_file():
+                raise OnboardBuildError(f"{policy_dir / 'robo_policy.h'} includes {part}.h, but {policy_dir / name} "
+                                        "is missing: export the policy again")
+            files[name] = (policy_dir / name).read_text()
     dims = {k: re.search(rf"#define ROBO_POLICY_{k}_DIM (\d+)", files["robo_policy.h"]) for k in ("OBS", "ACTION")}
     found = {k: int(m.group(1)) if m else None for k, m in dims.items()}
     if found != {"OBS": 22, "ACTION": 4}:
@@ -327,7 +336,8 @@ def build_onboard_sitl(policy_dir: str | Path, settings: OnboardSettings = Onboa
     overlay = out / "overlay"
     vpath = f"{overlay}:./src/main:./lib/main:./src/platform"  # the overlay first, then the Makefile's own
     flags = f"-I{overlay / 'SIMULATOR'}" + (" -DSIMULATOR_GYROPID_SYNC" if settings.lockstep else "")
-    args = [f"VPATH={vpath}", f"MCU_COMMON_SRC={SITL_SOURCES} SIMULATOR/robo_onboard.c SIMULATOR/robo_policy.c",
+    units = " ".join(f"SIMULATOR/{n}" for n in sorted(policy_files) if n.endswith(".c"))
+    args = [f"VPATH={vpath}", f"MCU_COMMON_SRC={SITL_SOURCES} SIMULATOR/robo_onboard.c {units}",
             f"EXTRA_FLAGS={flags}"]
     return build_sitl(out, args, files, jobs, what="make TARGET=SITL with robo's policy")
 
@@ -357,6 +367,19 @@ def onboard_log(text: str) -> dict:
         return {"steps": 0, "step_us_mean": float("nan"), "step_us_max": float("nan"), "windows": 0}
     return {"steps": int(rows[-1][0]), "step_us_mean": rows[-1][3], "step_us_max": max(r[2] for r in rows),
             "windows": len(rows)}
+
+
+STEP_LINE = re.compile(r"^\[robo_step\] (\d+)((?: \S+){26})$", re.M)
+
+
+def onboard_steps(text: str) -> list[tuple[int, list[float], list[float]]]:
+    """The ``[robo_step]`` lines of a firmware log (``OnboardSettings.log_steps``) -> [(flight step, obs (22,),
+    action (4,) before the clip)], in order."""
+    out = []
+    for m in STEP_LINE.finditer(text):
+        values = [float(v) for v in m.group(2).split()]
+        out.append((int(m.group(1)), values[:22], values[22:]))
+    return out
 
 
 if __name__ == "__main__":  # python -m hardware.export.betaflight_build <folder of robo export format=c>

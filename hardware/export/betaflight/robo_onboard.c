@@ -15,7 +15,7 @@
    Action (4,) in [-1, 1] -> motor = (a + 1) / 2 in [0, 1] (clipped), written straight into the servo packet.
    The firmware's attitude is body FRD -> world NED; robo's is FLU -> NWU: (w, x, -y, -z).
    Each policy step is timed with the firmware's real-time clock (nanos64_real); a line
-   "[robo_onboard] ..." goes to stdout every ROBO_LOG_EVERY steps. */
+   "[robo_onboard] ..." goes to stdout every ROBO_LOG_EVERY steps; with ROBO_LOG_STEPS, "[robo_step] ..." every step. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -47,6 +47,7 @@ static bool fresh;      /* a state packet arrived since the last policy step */
 static robo_policy_state policyState;
 static float action[4];    /* the command written, clipped to [-1, 1] */
 static float previous[4];  /* what obs[18:22] reports */
+static float rawAction[4]; /* the policy's output before the clip */
 static bool wasArmed;
 static uint64_t packets;   /* state packets since arming */
 static uint64_t flightSteps; /* policy steps since arming */
@@ -124,6 +125,24 @@ static void logWindow(const float obs[22])
     windowSteps = windowNs = windowMaxNs = 0;
 }
 
+#if ROBO_LOG_STEPS
+/* "[robo_step] k o0 .. o21 a0 .. a3": the flight's policy step k, its observation and the policy's output before
+   the clip (for fine-tuning: what the policy saw and did, as a real vehicle's onboard log records it) */
+static void logStep(const float obs[22])
+{
+    int i;
+    printf("[robo_step] %llu", (unsigned long long)flightSteps);
+    for (i = 0; i < 22; ++i) {
+        printf(" %.7g", (double)obs[i]);
+    }
+    for (i = 0; i < 4; ++i) {
+        printf(" %.7g", (double)rawAction[i]);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+#endif
+
 bool roboOnboardMotors(float motor_speed[4])
 {
     float obs[22];
@@ -149,12 +168,15 @@ bool roboOnboardMotors(float motor_speed[4])
         robo_policy_step(&policyState, obs, action);
         ns = nanos64_real() - t0;
         for (i = 0; i < 4; ++i) {
-            previous[i] = action[i];
+            previous[i] = rawAction[i] = action[i];
             action[i] = fminf(fmaxf(action[i], -1.0f), 1.0f);
 #if !ROBO_PREVIOUS_ACTION_RAW
             previous[i] = action[i];
 #endif
         }
+#if ROBO_LOG_STEPS
+        logStep(obs);
+#endif
         flightSteps++;
         steps++; windowSteps++; windowNs += ns; totalNs += ns;
         windowMaxNs = ns > windowMaxNs ? ns : windowMaxNs;
