@@ -183,6 +183,27 @@ def _listening(port: int) -> bool:
     return any(f[1].endswith(f":{port:04X}") and f[3] == "0A" for f in (line.split() for line in lines))
 
 
+def _serves_msp(timeout: float) -> bool:
+    """Whether the SITL on ``MSP_PORT`` answers an MSP_ATTITUDE request within ``timeout`` s (one connection, closed
+    after; the SITL takes the next client as before)."""
+    from hardware.drivers import msp
+
+    parser, deadline = msp.MspParser(), time.monotonic() + timeout
+    try:
+        with socket.create_connection(("127.0.0.1", MSP_PORT), timeout=timeout) as link:
+            link.sendall(msp.encode(msp.MSP_ATTITUDE))
+            while (left := deadline - time.monotonic()) > 0:
+                link.settimeout(left)
+                data = link.recv(256)
+                if not data:
+                    return False
+                if any(f.command == msp.MSP_ATTITUDE and f.direction == "reply" for f in parser.feed(data)):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -239,6 +260,7 @@ class BetaflightFirmware:
         self.state_log: list[tuple[float, np.ndarray]] = []  # (sim s, state (17,)) of every step when log_states
         self.log_states = False
         self._t_start = 0.0
+        self._held = False
         self.reset(self.position)
 
     # process ------------------------------------------------------------------------------------------------
@@ -269,7 +291,8 @@ class BetaflightFirmware:
         return self
 
     def _until_answering(self, binary: Path, attempts: int = 4, replies: int = 25, timeout: float = 3.0) -> None:
-        """Wait until the firmware answers state packets; restart a process that does not.
+        """Wait until the firmware answers state packets and an MSP request (``_serves_msp``); restart a process
+        that does not.
 
         Now and then (1 start in ~8 on a loaded 2-core machine) the stock SITL answers the first state packet and
         then none: its clock, which ``sitl.c`` rescales by the state packets' timing, crawls (``BOOTGRACE`` does
@@ -281,7 +304,9 @@ class BetaflightFirmware:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if self.counts["replies"] - start >= replies:
-                    return
+                    if _serves_msp(timeout):
+                        return
+                    break  # answers state packets but not MSP: replace it too
                 if not self.alive:
                     raise FirmwareUnavailable(f"Betaflight SITL exited (code {self._proc.returncode}); "
                                               f"see {self.run_dir / 'sitl.log'}")
@@ -293,8 +318,8 @@ class BetaflightFirmware:
                 self._spawn(binary)
             finally:
                 self._quiet.clear()
-        raise FirmwareUnavailable(f"Betaflight SITL answered fewer than {replies} state packets within {timeout} s "
-                                  f"in {attempts} starts; see {self.run_dir / 'sitl.log'}")
+        raise FirmwareUnavailable(f"Betaflight SITL answered fewer than {replies} state packets or no MSP request "
+                                  f"within {timeout} s in {attempts} starts; see {self.run_dir / 'sitl.log'}")
 
     def _spawn(self, binary: Path, attempts: int = 3) -> None:
         """Start the SITL process and wait until it listens for MSP. Now and then (1 start in ~35 here) the stock
@@ -377,11 +402,15 @@ class BetaflightFirmware:
         self.close()
 
     # physics ---------------------------------------------------------------------------------------------------
-    def reset(self, position=(0.0, 0.0, 0.0)) -> None:
-        """Put the vehicle at rest at ``position`` (world FLU m), level, motors stopped."""
+    def reset(self, position=(0.0, 0.0, 0.0), held: bool = False, hover_motors: bool = False) -> None:
+        """Put the vehicle at rest at ``position`` (world FLU m), level, motors stopped. ``held``: a hand holds it
+        there (in the air too) until the firmware first spins a motor, then lets go; ``hover_motors``: the motors'
+        state starts at the hover command instead (let go as from a hover: the start of robo's tasks)."""
         with self._lock:
+            self._held = bool(held)
             s = hover_state(self._batch, torch.as_tensor(np.asarray(position, dtype=np.float64))[None])
-            s[0, 13:17] = 0.0
+            if not hover_motors:
+                s[0, 13:17] = 0.0
             self._sim.reset(s)
             self._state = s[0].numpy().copy()
             self._specific_force = np.array([0.0, 0.0, GRAVITY])
@@ -461,22 +490,24 @@ class BetaflightFirmware:
                 next_t = time.monotonic()  # fell behind: shift the schedule, do not burst
 
     def _step(self, motors: np.ndarray, dt: float) -> None:
-        v_before = self._state[7:10].copy()
-        s = self._sim.step(torch.as_tensor(2.0 * motors - 1.0, dtype=torch.float64)[None], validate=False)
-        if s[0, 2] < 0.0:  # flat ground: the vehicle rests on it, level, keeping its heading
-            q = s[0, 3:7]
-            yaw = torch.atan2(2 * (q[0] * q[3] + q[1] * q[2]), 1 - 2 * (q[2] ** 2 + q[3] ** 2))
-            s[0, 2], s[0, 7:13] = 0.0, 0.0
-            s[0, 3:7] = torch.stack([torch.cos(yaw / 2), yaw * 0, yaw * 0, torch.sin(yaw / 2)])
-            self._sim.state = s
-        state = s[0].numpy().copy()
-        acc_world = (state[7:10] - v_before) / dt + np.array([0.0, 0.0, GRAVITY])
-        with self._lock:
-            self._state, self._motors = state, motors
-            self._specific_force = _quat_rotate_inv(state[3:7], acc_world)
+        with self._lock:  # all of it: a reset from another thread lands between two steps, never inside one
+            if not (self._held and not motors.any()):  # a hand holds the vehicle still until a motor spins
+                self._held = False
+                v_before = self._state[7:10].copy()
+                s = self._sim.step(torch.as_tensor(2.0 * motors - 1.0, dtype=torch.float64)[None], validate=False)
+                if s[0, 2] < 0.0:  # flat ground: the vehicle rests on it, level, keeping its heading
+                    q = s[0, 3:7]
+                    yaw = torch.atan2(2 * (q[0] * q[3] + q[1] * q[2]), 1 - 2 * (q[2] ** 2 + q[3] ** 2))
+                    s[0, 2], s[0, 7:13] = 0.0, 0.0
+                    s[0, 3:7] = torch.stack([torch.cos(yaw / 2), yaw * 0, yaw * 0, torch.sin(yaw / 2)])
+                    self._sim.state = s
+                state = s[0].numpy().copy()
+                acc_world = (state[7:10] - v_before) / dt + np.array([0.0, 0.0, GRAVITY])
+                self._state, self._motors = state, motors
+                self._specific_force = _quat_rotate_inv(state[3:7], acc_world)
             self.time += dt
             self.counts["steps"] += 1
             if self.log_motors:
                 self.motor_log.append((time.monotonic(), self.time, motors))
             if self.log_states:
-                self.state_log.append((self.time, state))
+                self.state_log.append((self.time, self._state.copy()))
