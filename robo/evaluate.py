@@ -57,7 +57,11 @@ def previous_action_convention(policy: Policy) -> str:
     """The previous-action observation ``policy`` expects (``sims.envs.config.QuadrotorTaskConfig.previous_action``):
     ``raw_motor_state`` for RAPTOR-compatible policies (``FoundationPolicy``: RAPTOR's released GRU and robo's
     foundation GRUs, which imitate it), as RLtools l2f fed RAPTOR in training; ``clipped_hover`` for the rest
-    (robo's SAC/TD3/PPO actors and imitation policies, trained in robo's tasks)."""
+    (robo's SAC/TD3/PPO actors and imitation policies, trained in robo's tasks); an export's own, from its
+    deployment manifest (``hardware.export.runtime.ExportedPolicy.manifest``), where it says."""
+    manifest = getattr(policy, "manifest", None)
+    if manifest is not None and manifest.previous_action is not None:
+        return manifest.previous_action
     return "raw_motor_state" if isinstance(policy, FoundationPolicy) else "clipped_hover"
 
 

@@ -34,8 +34,9 @@ def make_task(task: dict[str, Any], robot: dict[str, Any], sim: dict[str, Any], 
 
 def make_policy(policy: dict[str, Any]) -> Policy:
     """``{kind: raptor, path: null}`` (RAPTOR's released policy), ``{kind: robo_foundation, path: null}`` (robo's
-    shipped foundation student) or ``{kind: checkpoint, path: DIR}`` -> a loaded policy (any kind in
-    ``policies.registry``, read from the folder's ``config.json``)."""
+    shipped foundation student), ``{kind: checkpoint, path: DIR}`` (any kind in ``policies.registry``, read from the
+    folder's ``config.json``) or ``{kind: export, path: DIR}`` (a C export and its manifest,
+    ``hardware.export.runtime.ExportedPolicy``) -> a loaded policy."""
     kind = policy.get("kind")
     if kind == "raptor":
         return load_raptor(policy.get("path"))
@@ -45,11 +46,18 @@ def make_policy(policy: dict[str, Any]) -> Policy:
         if not policy.get("path"):
             raise ValueError("policy.kind=checkpoint needs policy.path=<checkpoint folder>")
         return load_policy(policy["path"])
+    if kind == "export":  # the C of `robo export format=c`, run as the flight controller runs it
+        from hardware.export.runtime import ExportedPolicy
+
+        if not policy.get("path"):
+            raise ValueError("policy.kind=export needs policy.path=<folder of robo export format=c>")
+        return ExportedPolicy(policy["path"])
     if kind in known_kinds():
         raise ValueError(f"policy.kind={kind!r} describes a policy to train, not a saved one; "
                          f"load a saved {kind} policy with policy=checkpoint policy.path=<its folder>")
-    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor' or 'checkpoint' (with policy.path=<folder>), "
-                     f"or 'robo_foundation' (robo's shipped foundation policy)")
+    raise ValueError(f"unknown policy kind {kind!r}; choose 'raptor', 'checkpoint' (with policy.path=<folder>), "
+                     f"'export' (policy.path=<folder of robo export format=c>) or 'robo_foundation' (robo's shipped "
+                     f"foundation policy)")
 
 
 def policy_by_name(name: str) -> Policy:

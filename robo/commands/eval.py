@@ -34,6 +34,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     task = make_task({**c["task"], "previous_action": previous_action}, c["robot"], c["sim"], int(cfg.num_envs),
                      seed=int(cfg.seed), device=device)
     check_observation(policy, task, c["policy"].get("path"))
+    check_export(policy, task)
     policy.save(run_dir / "checkpoints" / "policy")  # after the task is built: a bad robot leaves no folder
     log.info("flying %s on %d x %s, task %s, %.1f s, on %s, previous action %s", c["policy"]["kind"], cfg.num_envs,
              c["robot"]["preset"], c["task"]["name"], cfg.seconds, device, previous_action)
@@ -70,6 +71,18 @@ def check_observation(policy, task, path: str | None) -> None:
                 + ("(and integrates its position error itself: keep task.position_integral=0)" if integrates else
                    f"task.position_integral={t.get('position_integral', 0.0)}"))
     raise ValueError(f"the policy reads {want} observation floats, task {task.config.name} gives {task.obs_dim}: {hint}")
+
+
+def check_export(policy, task) -> None:
+    """An export (``policy=export``) flies only a task that matches its manifest: observation and action size, the
+    motor order, and a control period equal to its trained rate (``ManifestError``, one line naming what differs)."""
+    manifest = getattr(policy, "manifest", None)
+    if manifest is None:
+        return
+    from hardware.export.manifest import MOTOR_ORDER, check_manifest
+
+    check_manifest(manifest, obs_dim=task.obs_dim, action_dim=4, motor_order=MOTOR_ORDER, rate_hz=1.0 / float(task.dt),
+                   where=f"task {task.config.name} on this robot")
 
 
 def evaluate_imitation(c: dict, run_dir: Path) -> dict:
