@@ -41,6 +41,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     loop_hz = float(cfg.loop_hz) if cfg.loop_hz else manifest.control_rate_hz
     params = dataclasses.replace(params, dt=1.0 / loop_hz)
     settings = onboard_settings(params, manifest, str(cfg.flight), tuple(c["target_position"]))
+    settings = dataclasses.replace(settings, log_steps=bool(cfg.shadow))  # the twin reads every step from the log
     log.info("building Betaflight SITL with the %s policy (%g Hz, %s) for a %g Hz loop", policy.kind,
              manifest.control_rate_hz, manifest.previous_action, loop_hz)
     binary = build_onboard_sitl(export_dir, settings)
@@ -64,11 +65,39 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     result.update({"firmware_median_error_m": fw["median_error_m"], "firmware_lost": fw["lost"],
                    "firmware_step_us_mean": fw.get("step_us_mean"), "firmware_steps": fw.get("steps"),
                    "late_replies": fw.get("late")})
+    if cfg.shadow:
+        metrics["twin"] = shadow(Path(run_dir) / "sitl.log", c["robot"]["preset"], params, manifest.control_rate_hz,
+                                 tuple(c["target_position"]))
+        write_json(Path(run_dir) / "metrics.json", {**result, **metrics})
+        result.update({"twin_mass_kg": metrics["twin"]["mass_kg"], "twin_mass_error": metrics["twin"]["mass_error"]})
     if "sim_alone" in metrics:
         result.update({"sim_alone_median_error_m": metrics["sim_alone"]["median_error_m"],
                        "sim_alone_lost": metrics["sim_alone"]["lost"]})
     log.info("run folder: %s", run_dir)
     return result
+
+
+def shadow(log_path: Path, preset: str, flown, policy_hz: float, target) -> dict:
+    """The twin (``preset``'s nominal model, ticking at the policy's rate) fed the firmware flight's logged steps
+    (``robo.real.firmware.identify_from_log``): its identified mass, thrust scale and thrust per mass against the
+    flown robot's, and its last one-step position prediction error (m)."""
+    import numpy as np
+
+    from hardware.export.betaflight_build import onboard_steps
+    from robo.real.firmware import FirmwareEpisode, identify_from_log
+
+    steps = onboard_steps(log_path.read_text())
+    ep = FirmwareEpisode(np.array([o for _, o, _ in steps]), np.array([a for _, _, a in steps]), np.zeros(3))
+    twin = identify_from_log(ep, {"preset": preset, "dt": 1.0 / policy_hz}, target)
+    mass, scale = float(twin.calibrated_params().mass), float(twin.estimate["thrust_scale"])
+    nominal = make_robot(preset)
+    # thrust per mass against the flown robot's: what a flight without rotational excitation identifies (mass and
+    # thrust scale apart need the differential motor commands of a dithered flight, robo.twin.pretrain.identify)
+    per_mass = (scale / mass) / (float(np.mean(flown.thrust_curve, axis=0)[2] / np.mean(nominal.thrust_curve, axis=0)[2])
+                                 / float(flown.mass))
+    return {"mass_kg": mass, "flown_mass_kg": float(flown.mass), "mass_error": abs(mass / float(flown.mass) - 1),
+            "thrust_scale": scale, "thrust_per_mass_error": abs(per_mass - 1),
+            "prediction_error_m": float(twin.prediction_error["position"]), "steps": len(steps)}
 
 
 def write_trajectories(path: Path, flights: dict[str, Flight]) -> None:

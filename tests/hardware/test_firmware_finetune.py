@@ -112,9 +112,3 @@ def test_robo_finetune_through_the_firmware(tmp_path):
         assert manifest["policy_kind"] == "residual(foundation)" and manifest["previous_action"] == "raw_motor_state"
     assert len((run / "after" / "episode_000.jsonl").read_text().splitlines()) == 1 + 201
 
-
-def test_an_unknown_robot_driver_gets_one_line(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["finetune", "real_robot.driver=crazyflie", f"hydra.run.dir={tmp_path / 'x'}"])
-    assert e.value.code == 2
-    assert "choose px4 or betaflight_sitl" in capsys.readouterr().err

@@ -145,7 +145,7 @@ def test_finetune_cli_config_composes_and_rejects_a_bad_driver(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "driver: px4" in r.stdout and "total_steps: 10" in r.stdout and "twin_pretrain:" in r.stdout
-    with pytest.raises(ValueError, match="only 'px4'"):
+    with pytest.raises(ValueError, match="choose px4 or betaflight_sitl"):
         with open_robot({"driver": "crazyflie"}):
             pass
     r = subprocess.run([sys.executable, "-m", "robo", "finetune", "base=raptor", "twin_gate.tolerance=0.1",
