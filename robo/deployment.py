@@ -65,12 +65,13 @@ def _weights(policy) -> str:
     return weights_sha256(inference(policy))
 
 
-def deployment_manifest(policy, fmt: str, artifacts: list[str], path: str | Path | None = None) -> DeploymentManifest:
+def deployment_manifest(policy, fmt: str, artifacts: list[str], path: str | Path | None = None,
+                        plan_spread: int = 0) -> DeploymentManifest:
     """The manifest of ``policy`` exported as ``fmt`` (``artifacts``: the file names written), read from the
-    training run of checkpoint folder ``path`` where there is one."""
+    training run of checkpoint folder ``path`` where there is one; ``plan_spread``: the C export's."""
     obs_dim, action_dim = int(policy.obs_dim), int(policy.action_dim)
     chunk = {"n_action_steps": int(getattr(policy, "n_action_steps", 1)), "horizon": int(getattr(policy, "horizon", 1)),
-             "n_obs_steps": int(getattr(policy, "n_obs_steps", 1))}
+             "n_obs_steps": int(getattr(policy, "n_obs_steps", 1)), "plan_spread": int(plan_spread)}
     common = dict(policy_kind=str(policy.kind), obs_dim=obs_dim, action_dim=action_dim, weights_sha256=_weights(policy),
                   format=fmt, artifacts=tuple(artifacts), normalization=NORMALIZATION, **chunk)
     integral = float(getattr(getattr(policy, "config", None), "position_integral", 0.0) or 0.0)

@@ -48,29 +48,32 @@ def firmware_error_bound_m(sim_alone_median_m: float) -> float:
     return max(1.5 * sim_alone_median_m, sim_alone_median_m + 0.01)
 
 
-def export_for_deployment(policy, directory: str | Path, path: str | Path | None = None, seed: int = 0):
+def export_for_deployment(policy, directory: str | Path, path: str | Path | None = None, seed: int = 0,
+                          spread: int = 0):
     """``robo export format=c`` without the parity report: the C sources and ``manifest.json`` in ``directory``
-    -> (sources, manifest)."""
-    sources = export_c(policy, directory, seed=seed)
-    manifest = deployment_manifest(policy, "c", list(sources.files), path)
+    -> (sources, manifest); ``spread``: a diffusion plan spread over that many control steps."""
+    sources = export_c(policy, directory, seed=seed, spread=spread)
+    manifest = deployment_manifest(policy, "c", list(sources.files), path, spread)
     write_manifest(directory, manifest)
     return sources, manifest
 
 
-def initial_previous_action(params: QuadrotorParams, manifest: DeploymentManifest) -> float:
+def initial_previous_action(params: QuadrotorParams, manifest: DeploymentManifest, start: str = "ground") -> float:
     """floats 18:22 at arming as robo's tasks set them for the flown robot: its hover command (``clipped_hover``)
-    or the stopped motors' state, -1 (``raw_motor_state``)."""
-    return -1.0 if manifest.previous_action == "raw_motor_state" else 2.0 * float(params.hover_command) - 1.0
+    or the motors' state (``raw_motor_state``): stopped on the ground, -1; at the hover command when hand-launched."""
+    if manifest.previous_action == "raw_motor_state" and start == "ground":
+        return -1.0
+    return 2.0 * float(params.hover_command) - 1.0
 
 
 def onboard_settings(params: QuadrotorParams, manifest: DeploymentManifest, reference: str = "hover",
-                     target=TARGET) -> OnboardSettings:
+                     target=TARGET, start: str = "ground") -> OnboardSettings:
     """The glue's settings for flying ``params`` (its ``dt`` is the state-packet period) in lockstep."""
     return OnboardSettings(target=tuple(target), origin=bf.ORIGIN, earth_radius=bf.EARTH_RADIUS, lockstep=True,
                            loop_hz=1.0 / params.dt, reference=reference,
                            figure_eight_amplitude=FIGURE_EIGHT["amplitude"],
                            figure_eight_period=FIGURE_EIGHT["period"],
-                           initial_previous_action=initial_previous_action(params, manifest))
+                           initial_previous_action=initial_previous_action(params, manifest, start))
 
 
 def reference_at(t: np.ndarray, reference: str, target=TARGET) -> tuple[np.ndarray, np.ndarray]:
@@ -132,10 +135,17 @@ def connect_provisioned(fw, setup: SetupConfig, acc_1g: int = 256, attempts: int
     raise AssertionError("unreachable")
 
 
+STARTS = ("ground", "hand")
+
+
 def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seconds: float, reference: str,
-                policy_dt: float) -> Flight:
-    """Start the onboard firmware ``binary`` on the ground at the origin (robo's physics of ``params``, lockstep),
-    provision and arm it over MSP, log every physics step for ``seconds`` of sim time, disarm."""
+                policy_dt: float, start: str = "ground") -> Flight:
+    """Start the onboard firmware ``binary`` (robo's physics of ``params``, lockstep), provision and arm it over
+    MSP, log every physics step for ``seconds`` of sim time, disarm. ``start``: ``ground``, at rest at the origin,
+    motors stopped; ``hand``, held still at the target with the motors at the hover command and let go at the first
+    motor command (robo's tasks' start, without the take-off)."""
+    if start not in STARTS:
+        raise ValueError(f"start={start!r}; choose one of {list(STARTS)}")
     run_dir = Path(run_dir)
     fw = bf.BetaflightFirmware(params, run_dir=run_dir, binary=binary, lockstep=True).start()
     try:
@@ -143,6 +153,9 @@ def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seco
         try:
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)
+            if start == "hand":
+                fw.reset(TARGET, held=True, hover_motors=True)
+                wait_ready(robot, timeout=60.0)  # the attitude estimate of the vehicle at rest again
             fw.log_states = fw.log_motors = True
             robot.arm(timeout=3.0)
             t_arm = None
@@ -163,20 +176,33 @@ def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seco
 
 
 def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,
-                  seconds: float, seed: int = 0) -> Flight:
+                  seconds: float, seed: int = 0, start: str = "ground") -> Flight:
     """The same flight in robo's simulator alone: same robot, start, ground, reference, policy rate and
     previous-action convention as the onboard glue (``hardware/export/betaflight/robo_onboard.c``). ``seed``: a
     chunk policy's noise, drawn by torch (the firmware's C draws from its own PRNG, seeded at export)."""
+    if manifest.plan_spread:  # the export's schedule: each chunk planned spread steps early
+        from hardware.export.chunked_build import SpreadPlanner
+
+        policy = SpreadPlanner(policy, manifest.plan_spread)
+    return _fly_sim_alone(policy, params, manifest, reference, seconds, seed, start)
+
+
+def _fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,
+                   seconds: float, seed: int = 0, start: str = "ground") -> Flight:
+    """``fly_sim_alone`` on the policy as given."""
     batch = ParamsBatch.from_params(params, dtype=torch.float64)
     sim = BatchedQuadrotorSim(batch)
-    s = hover_state(batch, torch.zeros(1, 3, dtype=torch.float64))
-    s[0, 13:17] = 0.0
+    if start == "hand":  # at the target, motors at the hover command (hover_state's)
+        s = hover_state(batch, torch.tensor([TARGET], dtype=torch.float64))
+    else:
+        s = hover_state(batch, torch.zeros(1, 3, dtype=torch.float64))
+        s[0, 13:17] = 0.0
     sim.reset(s)
     policy.reset()
     torch.manual_seed(seed)
     every = int(round(1.0 / (params.dt * manifest.control_rate_hz)))
     raw = manifest.previous_action == "raw_motor_state"
-    previous = torch.full((1, 4), initial_previous_action(params, manifest), dtype=torch.float64)
+    previous = torch.full((1, 4), initial_previous_action(params, manifest, start), dtype=torch.float64)
     action = torch.full((1, 4), -1.0, dtype=torch.float64)
     out, policy_steps = [], 0
     for k in range(int(round(seconds / params.dt))):

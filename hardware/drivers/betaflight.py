@@ -179,7 +179,7 @@ class BetaflightRobot:
         self._running.set()
         self._threads = start_loops("BetaflightRobot", (self._reader,))
         try:
-            self._bundle = len(self.request(msp.MSP_MULTIPLE_MSP, bytes(self.polled), timeout=0.3)) > 0
+            self._bundle = len(self.request(msp.MSP_MULTIPLE_MSP, bytes(self.polled), timeout=0.3, attempts=1)) > 0
         except RobotError:
             self._bundle = False  # an older firmware (or a stand-in): poll one message at a time
         self._threads += start_loops("BetaflightRobot", (self._poller,))
@@ -288,11 +288,13 @@ class BetaflightRobot:
             raise RobotError(f"no MSP reply from {self.address} for {age:.2f} s (link_timeout {self.link_timeout} s): "
                              "link lost; check the cable/SITL, then connect() again")
 
-    def request(self, command: int, payload: bytes = b"", timeout: float = 1.0) -> bytes:
+    def request(self, command: int, payload: bytes = b"", timeout: float = 1.0, attempts: int = 2) -> bytes:
         """Send one MSP message and wait for its reply; -> the reply payload (empty for a SET's ack).
 
+        A message unanswered after ``timeout`` s is sent again, ``attempts`` times in all, as ground stations do
+        over MSP (a request now and then goes unanswered: 1 in ~20 runs of the SITL tests beside a training job).
         Raises ``RobotError`` if the firmware answers with an error frame (it refused the message) or
-        not within ``timeout`` s. One request per command at a time.
+        never within the attempts. One request per command at a time.
         """
         if self._link is None:
             raise RobotError("the Betaflight driver is not connected; call connect() first")
@@ -302,11 +304,17 @@ class BetaflightRobot:
         self._waiters[command] = box
         try:
             frame = msp.encode(command, payload, self.msp_version)
-            with self._write_lock:
-                self._link.write(frame)
-            reply = box.get(timeout=timeout)
-        except queue.Empty:
-            raise RobotError(f"no reply to MSP command {command} from {self.address} within {timeout} s") from None
+            for _ in range(max(1, attempts)):
+                with self._write_lock:
+                    self._link.write(frame)
+                try:
+                    reply = box.get(timeout=timeout)
+                    break
+                except queue.Empty:
+                    continue
+            else:
+                raise RobotError(f"no reply to MSP command {command} from {self.address} within {timeout} s, "
+                                 f"{max(1, attempts)} times")
         except OSError as e:
             raise RobotError(f"writing MSP command {command} to {self.address} failed ({e})") from e
         finally:
@@ -324,7 +332,7 @@ class BetaflightRobot:
         """Ask the flight controller to reboot (settings that need one, e.g. features) and close the link;
         ``connect()`` again once it is back. Betaflight SITL exits instead: its runner restarts it."""
         try:
-            self.request(msp.MSP_REBOOT, timeout=0.5)
+            self.request(msp.MSP_REBOOT, timeout=0.5, attempts=1)
         except RobotError:
             pass  # it may go down before the ack leaves
         self._arm_request = False

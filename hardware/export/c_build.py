@@ -112,17 +112,19 @@ def compile_c(sources: list[Path], output: Path, opt: str = "-O2", compile_only:
 
 
 def export_c(policy, directory: str | Path, prefix: str = "robo_policy", example_steps: int = EXAMPLE_STEPS,
-             seed: int = 0) -> CSources:
+             seed: int = 0, spread: int = 0) -> CSources:
     """Write ``{prefix}.h``, ``{prefix}.c`` and ``main.c`` for a policy into ``directory``.
 
     MLP and GRU policies: ``main.c`` embeds ``example_steps`` observations of ``observation_sequence(seed)``
     and torch's actions for them, and exits 0 only if the C actions match within 1e-5. Action-chunk
     policies (diffusion, energy, steered) go to ``chunked_build.export_chunked_c``, ``seed`` seeding their
-    C PRNG."""
+    C PRNG and ``spread`` spreading a diffusion plan over that many control steps."""
     if getattr(policy, "kind", None) in CHUNKED_KINDS:
         from .chunked_build import export_chunked_c
 
-        return export_chunked_c(policy, directory, prefix, seed)
+        return export_chunked_c(policy, directory, prefix, seed, spread)
+    if spread:
+        raise ValueError(f"spread={spread}: only a diffusion policy's plan is spread over steps, not {policy.kind!r}'s")
     graph = c_graph(policy)
     obs = observation_sequence(example_steps, graph.obs_dim, seed)
     sources = generate_c(graph, prefix, obs, reference_rollout(module_spec(policy), obs))

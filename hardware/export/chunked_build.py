@@ -108,9 +108,11 @@ int main(int argc, char **argv)
 """
 
 
-def export_chunked_c(policy, directory: str | Path, prefix: str = "robo_policy", seed: int = 0) -> CSources:
-    """Write the C export of a chunk policy into ``directory``; ``seed`` is the PRNG seed ``_reset`` uses."""
-    sources = generate_chunked_c(chunked_graph(policy), prefix, seed)
+def export_chunked_c(policy, directory: str | Path, prefix: str = "robo_policy", seed: int = 0,
+                     spread: int = 0) -> CSources:
+    """Write the C export of a chunk policy into ``directory``; ``seed`` is the PRNG seed ``_reset`` uses;
+    ``spread``: a diffusion plan spread over that many control steps (``chunked_codegen.generate_chunked_c``)."""
+    sources = generate_chunked_c(chunked_graph(policy), prefix, seed, spread)
     sources.write(directory)
     return sources
 
@@ -166,6 +168,62 @@ def c_candidates(sources: CSources, chunks: int, seed: int | None = None, opt: s
         return np.fromfile(tmp / "cand.bin", dtype="<f4").reshape(chunks, int(match.group(1)) - 1, -1)
 
 
+def export_spread(sources: CSources) -> int:
+    """The control steps the export spreads a plan over (``<PREFIX>_SPREAD``; 0: planned whole)."""
+    match = re.search(rf"#define {sources.prefix.upper()}_SPREAD (\d+)", sources.header)
+    return int(match.group(1)) if match else 0
+
+
+class SpreadPlanner:
+    """A chunk policy flown (batch 1) on a spread export's schedule (``torch_spread_rollout``), drawing its noise
+    from torch: what robo's simulator flies beside a firmware flight of a spread export."""
+
+    def __init__(self, policy, spread: int):
+        self.policy, self.spread = policy, int(spread)
+        self.obs_dim, self.action_dim, self.kind = policy.obs_dim, policy.action_dim, policy.kind
+        self.reset()
+
+    def reset(self, mask=None) -> None:
+        self.t, self.window, self.plan, self.pending = 0, None, None, None
+
+    @torch.no_grad()
+    def act(self, obs):
+        p, o = self.policy, np.asarray(torch.as_tensor(obs), dtype=np.float32).reshape(1, -1)
+        k, t0 = p.n_action_steps, p.n_obs_steps - 1
+        self.window = np.repeat(o, p.n_obs_steps, 0) if self.window is None else np.concatenate([self.window[1:], o])
+        if self.t == 0:
+            self.plan = np.asarray(p.predict_chunk(self.window[None]))[0, t0:t0 + k]
+        elif self.t % k == 0:
+            self.plan = self.pending[t0 + self.spread:t0 + self.spread + k]
+        if self.t % k == k - self.spread:  # the next chunk, from the window now
+            self.pending = np.asarray(p.predict_chunk(self.window[None]))[0]
+        action = self.plan[self.t % k][None].astype(np.float32)
+        self.t += 1
+        return torch.as_tensor(action) if isinstance(obs, torch.Tensor) else action
+
+
+def torch_spread_rollout(policy, observations: np.ndarray, noise: np.ndarray, spread: int) -> np.ndarray:
+    """What a spread export flies, in torch: chunk 0 planned whole at step 0; chunk j >= 1 planned from the window of
+    step ``j k - spread`` (k = n_action_steps) with noise ``noise[j k]`` (the chunk executed from step j k) and
+    executed from index ``n_obs_steps - 1 + spread`` -> actions (T, A)."""
+    obs = observations.astype(np.float32)
+    k, t0, shape = policy.n_action_steps, policy.n_obs_steps - 1, (1, *policy.noise_shape)
+    windows, window = [], np.repeat(obs[:1], policy.n_obs_steps, 0)
+    for t, o in enumerate(obs):
+        if t > 0:
+            window = np.concatenate([window[1:], o[None]])
+        windows.append(window)
+    out, plan = [], None
+    for t in range(len(obs)):
+        if t % k == 0:
+            j = t // k
+            start, first = (0, t0) if j == 0 else (t - spread, t0 + spread)
+            chunk = np.asarray(policy.predict_chunk(windows[start][None], noise=torch.as_tensor(noise[t]).reshape(shape)))
+            plan = chunk[0, first:first + k]
+        out.append(plan[t % k])
+    return np.stack(out)
+
+
 def torch_chunked_rollout(policy, observations: np.ndarray, noise: np.ndarray,
                           candidates: np.ndarray | None = None) -> np.ndarray:
     """``policy.act`` from a full reset over obs (T, obs_dim), chunk noise (T, horizon * A) -> actions (T, A).
@@ -208,7 +266,9 @@ def verify_chunked_c(policy, sources: CSources, steps: int = 200, atol: float = 
     win = observation_sequence(windows * policy.n_obs_steps, policy.obs_dim, seed + 1).reshape(
         windows, policy.n_obs_steps, policy.obs_dim)
     noise = rng.standard_normal((windows, *policy.noise_shape)).astype(np.float32)
-    report = ParityReport(atol, checks=[f"C plan of {windows} windows", f"C rollout, {len(obs)} steps, gcc -O2"])
+    report = ParityReport(atol, checks=[f"C plan of {windows} windows", f"C rollout, {len(obs)} steps, gcc -O2"
+                                        + (f", plans spread over {export_spread(sources)} steps"
+                                           if export_spread(sources) else "")])
     n_chunks = -(-len(obs) // policy.n_action_steps)
     candidates = c_candidates(sources, n_chunks)
     options = {} if candidates is None else {  # every window is planned as chunk 0 of a reset state
@@ -217,5 +277,8 @@ def verify_chunked_c(policy, sources: CSources, steps: int = 200, atol: float = 
     expected = np.asarray(policy.predict_chunk(torch.as_tensor(win), noise=torch.as_tensor(noise), **options))
     report.add("chunk", expected, c_plan(sources, win, noise), strict=True)
     actions, chunk_noise = c_chunked_rollout(sources, obs)
-    report.add("action", torch_chunked_rollout(policy, obs, chunk_noise, candidates), actions)
+    spread = export_spread(sources)
+    expected = torch_spread_rollout(policy, obs, chunk_noise, spread) if spread else \
+        torch_chunked_rollout(policy, obs, chunk_noise, candidates)
+    report.add("action", expected, actions)
     return report

@@ -139,7 +139,7 @@ def _diffusion(g: ChunkedGraph, s: DiffusionSampler):
     arrays += _ln_arrays("out_ln", s.out_norm) + _dense_arrays("out", s.out, "output layer")
     fields = [f"float in[{n + emb_dim + g.window_size}];", f"float h[{hid}];", f"float u[{2 * hid}];",
               f"float v[{hid}];", f"float eps[{n}];"]
-    body.append(f"    for (k = 0; k < {steps}; ++k) {{")
+    body.append("    for (k = k_from; k < k_to; ++k) {")
     body.append(f"        memcpy(w->in, w->x, sizeof(float) * {n});")
     body.append(f"        memcpy(w->in + {n}, step_embedding + k * {emb_dim}, sizeof(float) * {emb_dim});")
     body.append(f"        memcpy(w->in + {n + emb_dim}, w->cond, sizeof(float) * {g.window_size});")
@@ -261,14 +261,35 @@ def _steer(g: ChunkedGraph, a: NoiseActor):
     return arrays, fields, body, used
 
 
-def generate_chunked_c(g: ChunkedGraph, prefix: str = "robo_policy", seed: int = 0) -> CSources:
-    """C99 header, source and a ``main.c`` example for a chunk policy (see the module docstring)."""
+def spread_limit(g: ChunkedGraph) -> int:
+    """The most control steps a diffusion plan can be spread over: the executed actions of a chunk begun ``S`` steps
+    early (``t0 + S .. t0 + S + n_action_steps - 1``, ``t0 = n_obs_steps - 1``) must lie inside the horizon."""
+    return min(g.n_action_steps, g.horizon - (g.n_obs_steps - 1) - g.n_action_steps)
+
+
+def generate_chunked_c(g: ChunkedGraph, prefix: str = "robo_policy", seed: int = 0, spread: int = 0) -> CSources:
+    """C99 header, source and a ``main.c`` example for a chunk policy (see the module docstring); ``spread`` > 0
+    (diffusion): each chunk after the first is planned over ``spread`` control steps (``ceil(steps / spread)``
+    denoising steps each), begun ``spread`` steps before the queue runs out from the observations then, and its
+    actions executed from the one for the step it takes over (index ``n_obs_steps - 1 + spread``)."""
     prefix = _check_prefix(prefix)
     up, n, win = prefix.upper(), g.chunk_size, g.window_size
     s = g.sampler
+    if spread:
+        if not isinstance(s, DiffusionSampler):
+            raise ValueError(f"spread={spread}: only a diffusion plan is spread over steps (an energy plan is one "
+                             "descent per candidate)")
+        if not 1 <= spread <= spread_limit(g):
+            raise ValueError(f"spread={spread}: must be 1 .. {spread_limit(g)} for horizon {g.horizon}, "
+                             f"{g.n_obs_steps} observation steps and {g.n_action_steps} executed actions (the "
+                             "spread chunk's actions must lie inside the horizon)")
     functions = ""
     if isinstance(s, DiffusionSampler):
-        arrays, fields, sampler, used = _diffusion(g, s)
+        arrays, fields, loop, used = _diffusion(g, s)
+        functions = ("/* DDIM steps k_from .. k_to - 1 on w->x, conditioned on w->cond. */\n"
+                     "static void denoise(WORK_T *w, int k_from, int k_to)\n{\n    int i, k;\n"
+                     + "\n".join(loop) + "\n}\n")
+        sampler = [f"    denoise(w, 0, {s.sqrt_alpha.size});"]
     else:
         arrays, fields, sampler, used, functions = _energy(g, s)
     steer_arrays, steer_fields, steer_body, steer_used = _steer(g, g.steer) if g.steer is not None else ([], [], [],
@@ -294,6 +315,9 @@ def generate_chunked_c(g: ChunkedGraph, prefix: str = "robo_policy", seed: int =
         f"/* Chunk number `chunk`'s extra candidates ({s.n_candidates - 1}, {g.horizon}, {g.action_dim}), normalized "
         f"({g.initial}): a function of (seed, chunk). */\n"
         f"void {prefix}_candidates(uint32_t seed, uint32_t chunk, float out[{(s.n_candidates - 1) * n}]);\n")
+    spread_fields = "" if not spread else (
+        f"\n    float next_noise[{n}]; /* the initial sample of the chunk being planned */"
+        f"\n    uint32_t denoised; /* DDIM steps done on the chunk being planned (all: none pending) */")
     header = f"""{banner}#ifndef {up}_H
 #define {up}_H
 
@@ -311,6 +335,7 @@ extern "C" {{
 #define {up}_NUM_FLOATS {g.num_floats}
 #define {up}_SEED {int(seed)}U /* default PRNG seed of {prefix}_reset */
 #define {up}_INITIAL "{initial}" /* what {prefix}_noise draws: normal | uniform | zeros */
+#define {up}_SPREAD {int(spread)} /* control steps a plan is spread over (0: planned whole when the queue is empty) */
 
 /* Scratch of one planning call (part of the state, so nothing lives outside the caller's struct). */
 typedef struct {work_t} {{
@@ -323,7 +348,7 @@ typedef struct {prefix}_state {{
     float noise[{n}]; /* the last chunk's initial sample (or the steering actor's standard-normal draw) */
     float chunk[{n}]; /* the last chunk, raw */
     {work_t} work;
-    uint32_t used; /* index of the next planned action; {g.n_action_steps}: plan again */
+    uint32_t used; /* index of the next planned action; {g.n_action_steps}: plan again */{spread_fields}
     uint32_t seed; /* PRNG seed */
     uint32_t chunks; /* chunks planned since reset */
     uint32_t steps; /* steps since reset */
@@ -371,6 +396,29 @@ cosf(6.28318531f * uniform_open(seed, chunk, (uint32_t)i + 1U));""",
                  ) if needs_base_draw else ""
     sampler = [line.replace("{PREFIX}", prefix) for line in sampler]
     a, t0 = g.action_dim, g.n_obs_steps - 1
+    whole = (f"        {prefix}_noise(state->seed, state->chunks, state->noise);\n"
+             f"        {prefix}_plan(state, state->window, state->noise, state->chunk);\n"
+             f"        memcpy(state->plan, state->chunk + {t0 * a}, sizeof(float) * {g.n_action_steps * a});\n")
+    take_over, advance, reset_spread = whole, "", ""
+    if spread:
+        steps, k = int(s.sqrt_alpha.size), g.n_action_steps
+        per = -(-steps // spread)
+        take_over = (f"        if (state->chunks == 0) {{ /* the first chunk: planned whole */\n"
+                     + "\n".join("    " + line for line in whole.splitlines()) + "\n"
+                     f"        }} else {{ /* the chunk planned over the last {spread} steps, from the action for now */\n"
+                     f"            memcpy(state->noise, state->next_noise, sizeof(float) * {n});\n"
+                     f"            memcpy(state->plan, state->chunk + {(t0 + spread) * a}, sizeof(float) * "
+                     f"{k * a});\n        }}\n")
+        advance = (f"    if (state->used == {k - spread}U) {{ /* plan the next chunk from the window now */\n"
+                   f"        {prefix}_noise(state->seed, state->chunks, state->next_noise);\n"
+                   f"        plan_begin(state, state->window, state->next_noise);\n"
+                   f"        state->denoised = 0;\n    }}\n"
+                   f"    if (state->denoised < {steps}U) {{ /* at most {per} of the {steps} DDIM steps a control step */\n"
+                   f"        uint32_t to = state->denoised + {per}U < {steps}U ? state->denoised + {per}U : {steps}U;\n"
+                   f"        denoise(&state->work, (int)state->denoised, (int)to);\n"
+                   f"        state->denoised = to;\n"
+                   f"        if (to == {steps}U) plan_finish(state, state->chunk);\n    }}\n")
+        reset_spread = f"\n    state->denoised = {steps}U; /* none pending */"
     source = f"""{banner}#include "{prefix}.h"
 
 #include <math.h>
@@ -392,23 +440,40 @@ void {prefix}_noise(uint32_t seed, uint32_t chunk, float noise[{n}])
 {draw[initial]}
 }}
 
+/* The sampler's start: the normalized window in w->cond, the initial sample in w->x. */
+static void plan_begin({prefix}_state *state, const float window[{win}], const float noise[{n}])
+{{
+    WORK_T *w = &state->work;
+    int i;
+    (void)noise;
+    for (i = 0; i < {win}; ++i) w->cond[i] = (window[i] - obs_offset[i % {g.obs_dim}]) / obs_scale[i % {g.obs_dim}];
+{chr(10).join(steer_body) if steer_body else f"    memcpy(w->x, noise, sizeof(float) * {n});"}
+}}
+
+/* The sampler's end: w->x to the raw chunk. */
+static void plan_finish({prefix}_state *state, float chunk[{n}])
+{{
+    WORK_T *w = &state->work;
+    int i;
+    for (i = 0; i < {n}; ++i) chunk[i] = w->x[i] * action_scale[i % {a}] + action_offset[i % {a}];
+}}
+
 void {prefix}_plan({prefix}_state *state, const float window[{win}], const float noise[{n}], float chunk[{n}])
 {{
     WORK_T *w = &state->work;
     int i, k, c, best = 0;
     uint32_t seed = state->seed, chunk_index = state->chunks;
-    (void)k; (void)c; (void)best; (void)seed; (void)chunk_index; (void)noise;
-    for (i = 0; i < {win}; ++i) w->cond[i] = (window[i] - obs_offset[i % {g.obs_dim}]) / obs_scale[i % {g.obs_dim}];
-{chr(10).join(steer_body) if steer_body else f"    memcpy(w->x, noise, sizeof(float) * {n});"}
+    (void)w; (void)i; (void)k; (void)c; (void)best; (void)seed; (void)chunk_index;
+    plan_begin(state, window, noise);
 {chr(10).join(sampler)}
-    for (i = 0; i < {n}; ++i) chunk[i] = w->x[i] * action_scale[i % {a}] + action_offset[i % {a}];
+    plan_finish(state, chunk);
 }}
 
 void {prefix}_reset_seeded({prefix}_state *state, uint32_t seed)
 {{
     memset(state, 0, sizeof(*state));
     state->used = {g.n_action_steps};
-    state->seed = seed;
+    state->seed = seed;{reset_spread}
 }}
 
 void {prefix}_reset({prefix}_state *state)
@@ -427,13 +492,10 @@ void {prefix}_step({prefix}_state *state, const float obs[{up}_OBS_DIM], float a
         memcpy(state->window + {win - g.obs_dim}, obs, sizeof(float) * {g.obs_dim});
     }}
     if (state->used >= {g.n_action_steps}) {{
-        {prefix}_noise(state->seed, state->chunks, state->noise);
-        {prefix}_plan(state, state->window, state->noise, state->chunk);
-        memcpy(state->plan, state->chunk + {t0 * a}, sizeof(float) * {g.n_action_steps * a});
-        state->used = 0;
+{take_over}        state->used = 0;
         state->chunks++;
     }}
-    memcpy(action, state->plan + state->used * {a}, sizeof(float) * {a});
+{advance}    memcpy(action, state->plan + state->used * {a}, sizeof(float) * {a});
     state->used++;
     state->steps++;
 }}

@@ -69,6 +69,7 @@ class DeploymentManifest:
     n_action_steps: int = 1
     horizon: int = 1
     n_obs_steps: int = 1
+    plan_spread: int = 0  # C: control steps a chunk's plan is spread over (0: planned whole when the queue empties)
     normalization: str = ""
     trained_on: dict = field(default_factory=dict)
     format_version: int = FORMAT_VERSION

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from hardware.export.betaflight_build import build_onboard_sitl
 from robo.commands.export import rewrite_overrides  # noqa: F401  (policy=<folder> shorthand)
 from robo.factory import make_policy
-from robo.onboard import Flight, export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
+from robo.onboard import STARTS, Flight, export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
 from robo.run_dir import seed_run, write_json, write_resolved_config
 from sims.envs.quadrotor_env import make_robot
 
@@ -25,6 +25,8 @@ FLIGHTS = ("hover", "figure_eight")
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.target not in TARGETS:
         raise ValueError(f"unknown deploy target {cfg.target!r}; choose one of {list(TARGETS)}")
+    if cfg.start not in STARTS:
+        raise ValueError(f"start={cfg.start!r}; choose one of {list(STARTS)}")
     if cfg.flight not in FLIGHTS:
         raise ValueError(f"flight={cfg.flight!r}; choose one of {list(FLIGHTS)}")
     if OmegaConf.is_missing(cfg.policy, "path"):
@@ -37,10 +39,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     params = make_robot(c["robot"])
     write_resolved_config(run_dir, cfg)
     export_dir = Path(run_dir) / "export"
-    _, manifest = export_for_deployment(policy, export_dir, c["policy"].get("path"), int(cfg.seed))
+    _, manifest = export_for_deployment(policy, export_dir, c["policy"].get("path"), int(cfg.seed), int(cfg.spread))
     loop_hz = float(cfg.loop_hz) if cfg.loop_hz else manifest.control_rate_hz
     params = dataclasses.replace(params, dt=1.0 / loop_hz)
-    settings = onboard_settings(params, manifest, str(cfg.flight), tuple(c["target_position"]))
+    settings = onboard_settings(params, manifest, str(cfg.flight), tuple(c["target_position"]), str(cfg.start))
     settings = dataclasses.replace(settings, log_steps=bool(cfg.shadow))  # the twin reads every step from the log
     log.info("building Betaflight SITL with the %s policy (%g Hz, %s) for a %g Hz loop", policy.kind,
              manifest.control_rate_hz, manifest.previous_action, loop_hz)
@@ -52,11 +54,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         write_json(Path(run_dir) / "metrics.json", result)
         return result
     log.info("flying it inside the firmware: %s, %g s", cfg.flight, cfg.seconds)
-    firmware = fly_onboard(binary, params, run_dir, float(cfg.seconds), str(cfg.flight), 1.0 / manifest.control_rate_hz)
+    firmware = fly_onboard(binary, params, run_dir, float(cfg.seconds), str(cfg.flight), 1.0 / manifest.control_rate_hz,
+                           str(cfg.start))
     flights = {"firmware": firmware}
     if cfg.compare:
         flights["sim_alone"] = fly_sim_alone(policy, params, manifest, str(cfg.flight), float(cfg.seconds),
-                                           int(cfg.seed))
+                                           int(cfg.seed), str(cfg.start))
     metrics = {name: f.metrics() for name, f in flights.items()}
     write_json(Path(run_dir) / "metrics.json", {**result, **metrics})
     write_trajectories(Path(run_dir) / "trajectory.csv", flights)

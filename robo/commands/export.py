@@ -54,7 +54,7 @@ def _torchscript(policy, directory: Path, cfg) -> tuple[list[Path], dict]:
 
 
 def _c(policy, directory: Path, cfg) -> tuple[list[Path], dict]:
-    sources = export_c(policy, directory, str(cfg.prefix), seed=int(cfg.seed))
+    sources = export_c(policy, directory, str(cfg.prefix), seed=int(cfg.seed), spread=int(cfg.spread))
     paths = [directory / name for name in sources.files]
     try:
         find_cc()
@@ -101,7 +101,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     with atomic_directory(out) as tmp:
         written, parity = FORMATS[fmt](policy, tmp, cfg)
         # the deployment contract beside the code: conventions, rate, motor order, weights hash
-        manifest = deployment_manifest(policy, fmt, [p.name for p in written], c["policy"].get("path"))
+        manifest = deployment_manifest(policy, fmt, [p.name for p in written], c["policy"].get("path"),
+                                       int(cfg.get("spread", 0)) if fmt == "c" else 0)
         write_manifest(tmp, manifest)
     artifacts = [str(out / p.name) for p in written] + [str(out / MANIFEST_FILE)]
     write_json(Path(run_dir) / "parity.json", {"format": fmt, "policy_kind": policy.kind, "artifacts": artifacts,

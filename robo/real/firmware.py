@@ -224,13 +224,14 @@ def build_in_firmware(base, actor, scale: float, directory: Path, params: Quadro
                       target, *, explore: bool, seed: int, takeoff_steps: int, base_path: str | None) -> Path:
     """Export ``clip(base + scale * u)`` (``actor``'s u) with its manifest into ``directory`` and build the onboard
     SITL with it, logging every step; returns the binary. The first previous action is the ``nominal`` robot's
-    hover command (what the learner knows of the robot), the loop the physics step of ``params``."""
+    hover command (what the learner knows of the robot; the flights start hand-held with the motors at hover, for
+    ``raw_motor_state`` too), the loop the physics step of ``params``."""
     sources = export_residual_c(base, actor, scale, directory, explore=explore, seed=seed, takeoff_steps=takeoff_steps)
     manifest = deployment_manifest(base, "c", sorted(sources.files), base_path)
     weights = weights_sha256(torch.nn.ModuleDict({"actor": actor, "base": getattr(base, "model")}))
     manifest = dataclasses.replace(manifest, policy_kind=f"residual({manifest.policy_kind})", weights_sha256=weights)
     write_manifest(directory, manifest)
-    settings = dataclasses.replace(onboard_settings(nominal, manifest, "hover", tuple(target)),
+    settings = dataclasses.replace(onboard_settings(nominal, manifest, "hover", tuple(target), start="hand"),
                                    loop_hz=1.0 / params.dt, log_steps=True)
     return build_onboard_sitl(directory, settings)
 

@@ -59,3 +59,49 @@ def test_chunked_policies_c_cannot_run_are_refused_in_one_line(tmp_path, make, m
         export_c(make(), tmp_path)
     assert "\n" not in str(e.value)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["diffusion_ddim", "steered_diffusion"])
+def test_a_plan_spread_over_steps_matches_torch_on_the_same_schedule(tmp_path, name):
+    """``spread=S``: each chunk after the first is denoised over S control steps, from the window S steps before it
+    takes over, and executed from the action for the step it takes over; torch on that schedule matches."""
+    from hardware.export.chunked_build import c_chunked_rollout
+    from hardware.export.parity import observation_sequence
+
+    policy, obs = CASES[name](), observation_sequence(40, 5, 1)
+    whole = c_chunked_rollout(export_c(policy, tmp_path / "whole", seed=3), obs)[0]
+    for spread in (1, 3):  # horizon 8, 2 observations, 4 actions a chunk: at most 3
+        sources = export_c(policy, tmp_path / f"s{spread}", seed=3, spread=spread)
+        report = verify_c(policy, sources, steps=40, observations=obs)
+        assert report.passed and report.max_abs_diff <= 1e-5, report
+        spread_actions = c_chunked_rollout(sources, obs)[0]
+        assert np.array_equal(spread_actions[:4], whole[:4])  # the first chunk is planned whole
+        assert np.abs(spread_actions[4:] - whole[4:]).max() > 1e-3  # the others from older windows
+    compile_c([tmp_path / "s3" / "main.c", tmp_path / "s3" / "robo_policy.c"], tmp_path / "example")
+
+
+def test_a_spread_the_horizon_cannot_hold_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="must be 1 .. 3 for horizon 8"):
+        export_c(_diffusion(), tmp_path, spread=4)
+    with pytest.raises(ValueError, match="only a diffusion plan"):
+        export_c(_energy(), tmp_path, spread=2)
+
+
+def test_the_simulator_flies_a_spread_export_on_its_schedule():
+    """``SpreadPlanner`` (robo's simulator beside a spread export) executes what ``torch_spread_rollout`` does."""
+    from hardware.export.chunked_build import SpreadPlanner, torch_spread_rollout
+
+    class Ramp:  # a deterministic planner: chunk i = the window's last first feature + i
+        obs_dim, action_dim, kind, n_action_steps, n_obs_steps, horizon = 1, 1, "diffusion", 4, 2, 8
+        noise_shape = (8, 1)
+
+        def predict_chunk(self, window, noise=None):
+            w = np.asarray(window, dtype=np.float32)
+            return (w[:, -1, :1][:, None, :] + np.arange(8, dtype=np.float32)[None, :, None]).astype(np.float32)
+
+    obs = np.arange(30, dtype=np.float32)[:, None] * 10
+    planner = SpreadPlanner(Ramp(), 3)
+    flown = np.stack([planner.act(o[None])[0] for o in obs])
+    expected = torch_spread_rollout(Ramp(), obs, np.zeros((30, 8)), 3)
+    np.testing.assert_array_equal(flown, expected)
+    assert flown[4, 0] == obs[1, 0] + 4  # chunk 1: planned at step 1, its action for step 4
