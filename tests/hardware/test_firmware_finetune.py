@@ -90,10 +90,10 @@ def test_the_safety_monitor_names_the_limit():
 @pytest.mark.slow
 def test_robo_finetune_through_the_firmware(tmp_path):
     """The whole loop at a small budget (2 min): identification from the firmware's log, pre-training in the twin,
-    two rounds of the actor built into the firmware with the twin gate, before/after flights inside it. On RAPTOR
-    the twin's residual does not carry into the firmware at this budget (0.39 against 0.35 m): the gate and the
-    twin's ranking must keep what flies from getting much worse, with no safety fault. The gain on robo's SAC
-    actor, at the benchmark's budget: ``python benchmarks/firmware_finetune.py``."""
+    two rounds of the actor built into the firmware with the twin gate, before/after flights inside it. At this
+    budget the twin's residual need not help RAPTOR inside the firmware; the gate and the twin's ranking must keep
+    what flies from getting much worse, with no safety fault. The gain on robo's SAC actor, at the benchmark's
+    budget: ``python benchmarks/firmware_finetune.py``."""
     run = tmp_path / "ft"
     main(["finetune", "real_robot=betaflight_sitl", "base=raptor", "total_steps=400", "real_robot.round_steps=200",
           "twin_pretrain.steps=60000", "twin_pretrain.snapshot_every=10000", "twin_pretrain.identify_steps=500",
