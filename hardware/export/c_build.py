@@ -100,9 +100,11 @@ def find_cc() -> str:
     return cc
 
 
-def compile_c(sources: list[Path], output: Path, opt: str = "-O2", compile_only: bool = False) -> Path:
-    """Compile (and link with libm unless ``compile_only``) with warnings as errors."""
-    cmd = [find_cc(), *C_FLAGS, opt, *(["-c"] if compile_only else []), *map(str, sources), "-o", str(output)]
+def compile_c(sources: list[Path], output: Path, opt: str = "-O2", compile_only: bool = False,
+              flags: tuple[str, ...] = ()) -> Path:
+    """Compile (and link with libm unless ``compile_only``) with warnings as errors; ``flags``: more gcc flags
+    (``-shared -fPIC``, ``-I<dir>``)."""
+    cmd = [find_cc(), *C_FLAGS, opt, *flags, *(["-c"] if compile_only else []), *map(str, sources), "-o", str(output)]
     if not compile_only:
         cmd.append("-lm")
     r = subprocess.run(cmd, capture_output=True, text=True)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .c_build import find_cc
+from .c_build import compile_c
 from .manifest import DeploymentManifest, ManifestError, read_manifest
 
 SHIM = """#include <stddef.h>
@@ -51,11 +50,10 @@ class ExportedPolicy:
         units = [p for p in sorted(self.folder.glob("*.c")) if p.name != "main.c"]
         (self._build / "shim.c").write_text(SHIM)
         out = self._build / "librobo_policy.so"
-        cmd = [find_cc(), "-std=c99", "-O2", "-shared", "-fPIC", f"-I{self.folder}", *map(str, units),
-               str(self._build / "shim.c"), "-o", str(out), "-lm"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise ManifestError(f"compiling {self.folder}'s C failed: {r.stderr.strip().splitlines()[0] if r.stderr else r.returncode}")
+        try:
+            compile_c([*units, self._build / "shim.c"], out, flags=("-shared", "-fPIC", f"-I{self.folder}"))
+        except RuntimeError as e:
+            raise ManifestError(f"compiling {self.folder}'s C failed: {str(e).splitlines()[-1]}") from None
         return ctypes.CDLL(str(out))
 
     def reset(self, mask=None) -> None:

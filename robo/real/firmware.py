@@ -12,8 +12,8 @@ the action it took); the transitions the learner gets are read from that log:
     obs_k, u_k = clip((a_k - base(obs_k)) / scale, -1, 1), reward(obs_{k+1}, a_k, a_{k-1}), obs_{k+1}
 
 (the base recomputed in torch on the logged observations: the exported C matches it within 1e-6). Each flight
-starts on the ground at a random point near the origin; the base alone takes off for ``reset_steps`` steps (the
-fly-back of the stand-in loop), then the episode of ``episode_steps`` begins. A safety monitor reads the log as
+starts hand-placed: the runner holds the vehicle still in the air, motors at the hover command, until the first
+motor command, as the stand-in puts its vehicle back; the episode is ``episode_steps`` long. A safety monitor reads the log as
 it grows and disarms on a geofence, tilt or body-rate violation (``SafetyConfig``'s limits, on what the firmware
 reports): a safety fault, which ends the episode. The identification flight is the identify policy built in the
 same way (a zero residual with Gaussian dither), its log replayed through the digital twin.
@@ -42,6 +42,7 @@ from hardware.export.residual_c import export_residual_c
 from hardware.safety import SafetyConfig
 from robo.deployment import deployment_manifest
 from robo.onboard import connect_provisioned, onboard_settings
+from robo.real.finetune import _gate_check, _Learner, _sync
 from robo.real.learner import LearnerConfig, build_sac
 from sims.envs.config import RewardConfig
 from sims.envs.quadrotor_env import make_robot
@@ -58,7 +59,7 @@ STALL_S = 20.0  # wall s without a new policy step in the log: the firmware stop
 @dataclass
 class FirmwareEpisode:
     """One flight inside the firmware: ``obs`` (T, 22) and ``actions`` (T, 4) of its policy steps (the log), the
-    ground ``start`` (3,) m, the safety ``fault`` that ended it (None: none) and the wall ``seconds`` it took."""
+    ``start`` (3,) m, the safety ``fault`` that ended it (None: none) and the wall ``seconds`` it took."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -66,14 +67,14 @@ class FirmwareEpisode:
     fault: str | None = None
     seconds: float = 0.0
 
-    def errors(self, first: int = 0) -> np.ndarray:
-        """Distance (T - first,) m from the reference at each step from ``first`` on (obs 0:3: the simulator's
-        position packet minus the target, double precision in the firmware)."""
-        return np.linalg.norm(self.obs[first:, 0:3], axis=1)
+    def errors(self) -> np.ndarray:
+        """Distance (T,) m from the reference at each step (obs 0:3: the simulator's position packet minus the
+        target, double precision in the firmware)."""
+        return np.linalg.norm(self.obs[:, 0:3], axis=1)
 
-    def metrics(self, first: int = 0) -> dict:
-        """``robo.real.finetune.fly_episode``'s: mean and final (last 10 %) error from step ``first`` on."""
-        e = self.errors(first)
+    def metrics(self) -> dict:
+        """``robo.real.finetune.fly_episode``'s: mean and final (last 10 %) error."""
+        e = self.errors()
         if len(e) == 0:
             return {"mean_error": float("nan"), "final_error": float("nan"), "steps": 0, "faults": int(bool(self.fault))}
         return {"mean_error": float(e.mean()), "final_error": float(e[-max(1, len(e) // 10):].mean()),
@@ -118,7 +119,7 @@ def quaternion_from_rotation(r: np.ndarray) -> np.ndarray:
 
 class OnboardFlights:
     """One SITL process of an onboard build flying ``params`` (its ``dt`` the physics step) in lockstep: flights
-    from the ground, each after putting the vehicle back (``fly``). Use as a context manager."""
+    from hand-placed starts, each after putting the vehicle back (``fly``). Use as a context manager."""
 
     def __init__(self, binary: Path, params: QuadrotorParams, run_dir: Path, target, safety: SafetyConfig):
         self.binary, self.params, self.run_dir = Path(binary), params, Path(run_dir)
@@ -221,12 +222,12 @@ def zero_actor(config: LearnerConfig, log_std: float | None = None):
 
 
 def build_in_firmware(base, actor, scale: float, directory: Path, params: QuadrotorParams, nominal: QuadrotorParams,
-                      target, *, explore: bool, seed: int, takeoff_steps: int, base_path: str | None) -> Path:
+                      target, *, explore: bool, seed: int, base_path: str | None) -> Path:
     """Export ``clip(base + scale * u)`` (``actor``'s u) with its manifest into ``directory`` and build the onboard
     SITL with it, logging every step; returns the binary. The first previous action is the ``nominal`` robot's
     hover command (what the learner knows of the robot; the flights start hand-held with the motors at hover, for
     ``raw_motor_state`` too), the loop the physics step of ``params``."""
-    sources = export_residual_c(base, actor, scale, directory, explore=explore, seed=seed, takeoff_steps=takeoff_steps)
+    sources = export_residual_c(base, actor, scale, directory, explore=explore, seed=seed)
     manifest = deployment_manifest(base, "c", sorted(sources.files), base_path)
     weights = weights_sha256(torch.nn.ModuleDict({"actor": actor, "base": getattr(base, "model")}))
     manifest = dataclasses.replace(manifest, policy_kind=f"residual({manifest.policy_kind})", weights_sha256=weights)
@@ -246,17 +247,17 @@ def base_actions(base, obs: np.ndarray) -> np.ndarray:
     return np.asarray(out).reshape(-1, 4)
 
 
-def episode_transitions(ep: FirmwareEpisode, base, scale: float, first: int, hover_action: float,
-                        reward: RewardConfig, target) -> list[tuple]:
-    """The learner's (obs, u, reward, next_obs, terminated) of the episode's steps ``first`` .. end (see the
-    module's docstring); the last one terminated (with ``reward.termination_penalty``) on a safety fault."""
+def episode_transitions(ep: FirmwareEpisode, base, scale: float, hover_action: float,
+                        reward: RewardConfig) -> list[tuple]:
+    """The learner's (obs, u, reward, next_obs, terminated) of the episode's steps (see the module's docstring);
+    the last one terminated (with ``reward.termination_penalty``) on a safety fault."""
     obs, a = ep.obs, np.clip(ep.actions, -1.0, 1.0)
-    if len(obs) < first + 2:
+    if len(obs) < 2:
         return []
     u = np.clip((a - base_actions(base, obs)) / scale, -1.0, 1.0)
     t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64))[None]  # noqa: E731
     out = []
-    for k in range(first, len(obs) - 1):
+    for k in range(len(obs) - 1):
         nxt = obs[k + 1]
         terminated = ep.fault is not None and k + 1 == len(obs) - 1
         q_w = quaternion_from_rotation(nxt[3:12])[0]
@@ -290,13 +291,6 @@ def identify_from_log(ep: FirmwareEpisode, nominal: str | dict, target, min_heig
         raise RobotError("the identification flight never rose above "
                          f"{min_height:g} m: nothing for the twin to identify from")
     return twin
-
-
-def ground_starts(n: int, spread: float, seed: int) -> np.ndarray:
-    """(n, 3) ground starts, uniform in a square of half-width ``spread`` m around the origin."""
-    rng = np.random.default_rng(seed)
-    xy = rng.uniform(-spread, spread, (n, 2))
-    return np.concatenate([xy, np.zeros((n, 1))], axis=1)
 
 
 def truth_params(rr: dict) -> QuadrotorParams:
@@ -333,7 +327,7 @@ class FirmwareLoop:
     def build(self, actor, name: str, explore: bool, seed: int = 0, base=None, base_path=None,
               scale: float | None = None) -> Path:
         return build_in_firmware(base or self.base, actor, scale or self.scale, self.run_dir / name / "export",
-                                 self.truth, self.nominal, self.target, explore=explore, seed=seed, takeoff_steps=0,
+                                 self.truth, self.nominal, self.target, explore=explore, seed=seed,
                                  base_path=base_path if base is not None else self.base_path)
 
     def flights(self, binary: Path, name: str) -> OnboardFlights:
@@ -372,8 +366,6 @@ def run_rounds(loop: FirmwareLoop, folder: Path, config, starts, episode_steps: 
     each flying the learner's newest admitted actor (built with exploration) from ``starts(episode)`` for
     episodes of ``episode_steps``; the transitions go to the learner (its process, checkpoints, restarts and gate
     are ``finetune``'s), which trains on a round before the next is built. ``config``: a ``FinetuneConfig``."""
-    from robo.real.finetune import _gate_check, _Learner, _sync
-
     lc = LearnerConfig(**{"seed": config.seed, **config.learner})
     learner = _Learner(Path(folder), lc)
     step = learner.start(wait=config.start_timeout)
@@ -394,8 +386,8 @@ def run_rounds(loop: FirmwareLoop, folder: Path, config, starts, episode_steps: 
                     ep = flights.fly(starts(summary["episodes"]), min(episode_steps, end - step) + 1)
                     summary["flight_s"] += ep.seconds
                     ret = 0.0
-                    for o, u, r, nxt, terminated in episode_transitions(ep, loop.base, loop.scale, 0,
-                                                                        loop.hover_action, RewardConfig(), loop.target):
+                    for o, u, r, nxt, terminated in episode_transitions(ep, loop.base, loop.scale,
+                                                                        loop.hover_action, RewardConfig()):
                         msg = ("t", step, o, u, r, nxt, terminated, False)
                         pending[step] = msg
                         learner.transitions.put(msg)
@@ -421,8 +413,6 @@ def run_rounds(loop: FirmwareLoop, folder: Path, config, starts, episode_steps: 
 def _until_trained(learner, actor, pending: dict, config, summary: dict, step: int, every: int, wait_s: float) -> None:
     """Wait until the learner has checkpointed every transition up to the last multiple of ``every`` below
     ``step`` (it trained on them), taking its messages as ``_sync`` does."""
-    from robo.real.finetune import _sync
-
     deadline = time.monotonic() + wait_s
     while any(k < step - step % every for k in pending):
         if time.monotonic() > deadline:

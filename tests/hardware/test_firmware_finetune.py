@@ -49,7 +49,7 @@ def test_flights_inside_the_firmware_give_the_learner_its_transitions(tmp_path):
     for start, ep in zip(starts, episodes):
         assert ep.fault is None and ep.obs.shape == (151, 22) and ep.actions.shape == (151, 4)
         np.testing.assert_allclose(ep.obs[0, 0:3], np.subtract(start, TARGET), atol=1e-6)  # held there until armed
-        transitions = episode_transitions(ep, fl.base, fl.scale, 0, fl.hover_action, RewardConfig(), TARGET)
+        transitions = episode_transitions(ep, fl.base, fl.scale, fl.hover_action, RewardConfig())
         assert len(transitions) == 150 and transitions[-1][4] is False
         obs = np.stack([t[0] for t in transitions])
         u = np.stack([t[1] for t in transitions])
