@@ -41,7 +41,7 @@ def test_unknown_kinds_give_one_line_naming_the_known_ones(tmp_path):
         load_policy(tmp_path / "odd")
     with pytest.raises(ValueError, match="describes a policy to train.*policy=checkpoint policy.path="):
         make_policy({"kind": "diffusion"})
-    with pytest.raises(ValueError, match="unknown policy kind 'nope'; choose 'raptor' or 'checkpoint'"):
+    with pytest.raises(ValueError, match="unknown policy kind 'nope'; choose 'raptor', 'checkpoint' .*'export' .*'robo_foundation'"):
         make_policy({"kind": "nope"})
 
 
