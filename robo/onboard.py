@@ -90,16 +90,19 @@ def reference_at(t: np.ndarray, reference: str, target=TARGET) -> tuple[np.ndarr
 
 @dataclass
 class Flight:
-    """One flight: ``trajectory`` (T, 4): sim s since arming, position world FLU m, and what it scored."""
+    """One flight: ``trajectory`` (T, 4): sim s since arming, position world FLU m, and what it scored;
+    ``states`` (T, 17): robo's full state at the same samples (what a video renders)."""
 
     trajectory: np.ndarray
     reference: str
     policy_dt: float
     firmware: dict | None = None  # the onboard log (policy steps, µs per step) and the physics loop's rates
+    states: np.ndarray | None = None
+    target: tuple = TARGET  # world FLU m: the hover point, the figure-eight's centre
 
     def errors(self) -> np.ndarray:
         """Distance (T,) m from the reference at each sample's time."""
-        ref, _ = reference_at(self.trajectory[:, 0], self.reference)
+        ref, _ = reference_at(self.trajectory[:, 0], self.reference, self.target)
         return np.linalg.norm(self.trajectory[:, 1:4] - ref, axis=1)
 
     def metrics(self) -> dict:
@@ -139,7 +142,7 @@ STARTS = ("ground", "hand")
 
 
 def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seconds: float, reference: str,
-                policy_dt: float, start: str = "ground") -> Flight:
+                policy_dt: float, start: str = "ground", target=TARGET) -> Flight:
     """Start the onboard firmware ``binary`` (robo's physics of ``params``, lockstep), provision and arm it over
     MSP, log every physics step for ``seconds`` of sim time, disarm. ``start``: ``ground``, at rest at the origin,
     motors stopped; ``hand``, held still at the target with the motors at the hover command and let go at the first
@@ -154,7 +157,7 @@ def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seco
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)
             if start == "hand":
-                fw.reset(TARGET, held=True, hover_motors=True)
+                fw.reset(tuple(target), held=True, hover_motors=True)
                 wait_ready(robot, timeout=60.0)  # the attitude estimate of the vehicle at rest again
             fw.log_states = fw.log_motors = True
             robot.arm(timeout=3.0)
@@ -170,13 +173,14 @@ def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seco
             robot.close()
     finally:
         fw.close()
-    log = [(t - t_arm, *s[0:3]) for t, s in fw.state_log if 1e-9 < t - t_arm <= seconds + 1e-9]
+    flown = [(t - t_arm, s) for t, s in fw.state_log if 1e-9 < t - t_arm <= seconds + 1e-9]
     firmware = {**onboard_log((run_dir / "sitl.log").read_text()), **rates}
-    return Flight(np.array(log), reference, policy_dt, firmware)
+    return Flight(np.array([(t, *s[0:3]) for t, s in flown]), reference, policy_dt, firmware,
+                  np.array([s for _, s in flown]), tuple(target))
 
 
 def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,
-                  seconds: float, seed: int = 0, start: str = "ground") -> Flight:
+                  seconds: float, seed: int = 0, start: str = "ground", target=TARGET) -> Flight:
     """The same flight in robo's simulator alone: same robot, start, ground, reference, policy rate and
     previous-action convention as the onboard glue (``hardware/export/betaflight/robo_onboard.c``). ``seed``: a
     chunk policy's noise, drawn by torch (the firmware's C draws from its own PRNG, seeded at export)."""
@@ -184,16 +188,16 @@ def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest,
         from hardware.export.chunked_build import SpreadPlanner
 
         policy = SpreadPlanner(policy, manifest.plan_spread)
-    return _fly_sim_alone(policy, params, manifest, reference, seconds, seed, start)
+    return _fly_sim_alone(policy, params, manifest, reference, seconds, seed, start, target)
 
 
 def _fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,
-                   seconds: float, seed: int = 0, start: str = "ground") -> Flight:
+                   seconds: float, seed: int = 0, start: str = "ground", target=TARGET) -> Flight:
     """``fly_sim_alone`` on the policy as given."""
     batch = ParamsBatch.from_params(params, dtype=torch.float64)
     sim = BatchedQuadrotorSim(batch)
     if start == "hand":  # at the target, motors at the hover command (hover_state's)
-        s = hover_state(batch, torch.tensor([TARGET], dtype=torch.float64))
+        s = hover_state(batch, torch.tensor([tuple(target)], dtype=torch.float64))
     else:
         s = hover_state(batch, torch.zeros(1, 3, dtype=torch.float64))
         s[0, 13:17] = 0.0
@@ -204,10 +208,10 @@ def _fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest
     raw = manifest.previous_action == "raw_motor_state"
     previous = torch.full((1, 4), initial_previous_action(params, manifest, start), dtype=torch.float64)
     action = torch.full((1, 4), -1.0, dtype=torch.float64)
-    out, policy_steps = [], 0
+    out, states, policy_steps = [], [], 0
     for k in range(int(round(seconds / params.dt))):
         if k % every == 0:
-            ref, vref = reference_at(np.array([policy_steps * params.dt * every]), reference)
+            ref, vref = reference_at(np.array([policy_steps * params.dt * every]), reference, target)
             obs = observe(sim.state, torch.as_tensor(ref), torch.as_tensor(vref), previous).float()
             out_raw = torch.as_tensor(np.asarray(policy.act(obs)), dtype=torch.float64)
             action = out_raw.clamp(-1, 1)
@@ -218,5 +222,6 @@ def _fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest
             st[0, 2], st[0, 7:13], st[0, 3:7] = 0.0, 0.0, torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)
             sim.state = st
         out.append(((k + 1) * params.dt, *st[0, 0:3].tolist()))
+        states.append(st[0].numpy().copy())
     policy.reset()
-    return Flight(np.array(out), reference, params.dt * every)
+    return Flight(np.array(out), reference, params.dt * every, states=np.array(states), target=tuple(target))

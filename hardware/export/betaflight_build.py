@@ -156,6 +156,7 @@ class OnboardSettings:
         (``2 u_hover - 1``) to match robo's tasks, which reset it to the simulated robot's.
     log_every: policy steps between two ``[robo_onboard]`` lines.
     log_steps: every policy step also prints ``[robo_step] k obs (22) action (4)`` (``onboard_steps`` reads them).
+    board: compile the glue for a board's firmware (``ROBO_BOARD``: ``hardware.export.betaflight_board``).
     """
 
     target: tuple[float, float, float] = (0.0, 0.0, 1.0)
@@ -169,6 +170,7 @@ class OnboardSettings:
     initial_previous_action: float | None = None
     log_every: int = 250
     log_steps: bool = False
+    board: bool = False
 
     def __post_init__(self) -> None:
         if self.reference not in ("hover", "figure_eight"):
@@ -191,6 +193,7 @@ class OnboardSettings:
                 f"#define ROBO_EARTH_RADIUS {float(self.earth_radius)!r}\n"
                 f"#define ROBO_LOG_EVERY {int(self.log_every)}\n"
                 f"#define ROBO_LOG_STEPS {int(self.log_steps)}\n"
+                f"#define ROBO_BOARD {int(self.board)}\n"
                 f"#define ROBO_POLICY_EVERY {every} /* loops per policy step: {self.loop_hz:g} Hz / "
                 f"{manifest.control_rate_hz:g} Hz */\n"
                 f"#define ROBO_POLICY_DT {1.0 / manifest.control_rate_hz!r}\n"

@@ -6,14 +6,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import logging
+import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hardware.export.betaflight_board import BOARDS
 from hardware.export.betaflight_build import build_onboard_sitl
 from robo.commands.export import rewrite_overrides  # noqa: F401  (policy=<folder> shorthand)
 from robo.factory import make_policy
-from robo.onboard import STARTS, Flight, export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings
+from robo.onboard import (STARTS, Flight, export_for_deployment, fly_onboard, fly_sim_alone, onboard_settings,
+                          reference_at)
 from robo.run_dir import seed_run, write_json, write_resolved_config
 from sims.envs.quadrotor_env import make_robot
 
@@ -29,6 +32,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         raise ValueError(f"start={cfg.start!r}; choose one of {list(STARTS)}")
     if cfg.flight not in FLIGHTS:
         raise ValueError(f"flight={cfg.flight!r}; choose one of {list(FLIGHTS)}")
+    if cfg.board is not None and cfg.target != "build":
+        raise ValueError(f"board={cfg.board} is built, not flown: give target=build with it")
+    if cfg.board is not None and cfg.board not in BOARDS:
+        raise ValueError(f"board={cfg.board!r}: robo builds Betaflight for {list(BOARDS)}")
     if OmegaConf.is_missing(cfg.policy, "path"):
         raise ValueError("no policy to deploy: give policy=<checkpoint folder>, policy=raptor or policy=robo_foundation")
     if not float(cfg.seconds) > 0:
@@ -44,6 +51,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     params = dataclasses.replace(params, dt=1.0 / loop_hz)
     settings = onboard_settings(params, manifest, str(cfg.flight), tuple(c["target_position"]), str(cfg.start))
     settings = dataclasses.replace(settings, log_steps=bool(cfg.shadow))  # the twin reads every step from the log
+    if cfg.board is not None:
+        return build_board(policy.kind, export_dir, str(cfg.board), settings, Path(run_dir))
     log.info("building Betaflight SITL with the %s policy (%g Hz, %s) for a %g Hz loop", policy.kind,
              manifest.control_rate_hz, manifest.previous_action, loop_hz)
     binary = build_onboard_sitl(export_dir, settings)
@@ -54,16 +63,21 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         write_json(Path(run_dir) / "metrics.json", result)
         return result
     log.info("flying it inside the firmware: %s, %g s", cfg.flight, cfg.seconds)
+    target = tuple(c["target_position"])
     firmware = fly_onboard(binary, params, run_dir, float(cfg.seconds), str(cfg.flight), 1.0 / manifest.control_rate_hz,
-                           str(cfg.start))
+                           str(cfg.start), target)
     flights = {"firmware": firmware}
     if cfg.compare:
         flights["sim_alone"] = fly_sim_alone(policy, params, manifest, str(cfg.flight), float(cfg.seconds),
-                                           int(cfg.seed), str(cfg.start))
+                                           int(cfg.seed), str(cfg.start), target)
     metrics = {name: f.metrics() for name, f in flights.items()}
     write_json(Path(run_dir) / "metrics.json", {**result, **metrics})
     write_trajectories(Path(run_dir) / "trajectory.csv", flights)
-    plot(Path(run_dir) / "trajectory.png", flights, f"{policy.kind} on {c['robot']['preset']}: {cfg.flight}")
+    title = f"{policy.kind} on {c['robot']['preset']}: {cfg.flight}"
+    plot(Path(run_dir) / "trajectory.png", flights, title)
+    if c["video"]["enabled"]:
+        result["video"] = str(video(Path(run_dir) / "videos" / "flight.mp4", firmware, params, c["video"],
+                                    f"{title}, inside Betaflight"))
     fw = metrics["firmware"]
     result.update({"firmware_median_error_m": fw["median_error_m"], "firmware_lost": fw["lost"],
                    "firmware_step_us_mean": fw.get("step_us_mean"), "firmware_steps": fw.get("steps"),
@@ -110,6 +124,42 @@ def write_trajectories(path: Path, flights: dict[str, Flight]) -> None:
         for name, flight in flights.items():
             for row, e in zip(flight.trajectory, flight.errors()):
                 w.writerow([name, *(f"{v:.5f}" for v in row), f"{e:.5f}"])
+
+
+def build_board(kind: str, export_dir: Path, board: str, settings, run_dir: Path) -> dict:
+    """``target=build board=<MCU>``: Betaflight's firmware for the board with the policy as its motor controller,
+    beside the board's stock build; metrics.json gets the linker's memory report of both."""
+    from hardware.export.betaflight_board import build_board_firmware
+
+    log.info("building Betaflight %s with the %s policy (and, once, the stock %s build)", board, kind, board)
+    firmware = build_board_firmware(export_dir, board, settings)
+    for name in ("elf", "hex"):
+        path = getattr(firmware, name)
+        if path is not None:
+            shutil.copy2(path, run_dir / f"betaflight_{board}.{name}")
+    result = {"target": "build", "policy_kind": kind, **firmware.summary(),
+              "elf": str(run_dir / f"betaflight_{board}.elf"),
+              "hex": str(run_dir / f"betaflight_{board}.hex") if firmware.hex else None}
+    write_json(run_dir / "metrics.json", result)
+    for region, added in result["added_bytes"].items():
+        used, size = firmware.memory[region]
+        if used:
+            log.info("%s: %d of %d B used (%+d B for the policy)", region, used, size, added)
+    return result
+
+
+def video(path: Path, flight: Flight, params, video_cfg: dict, caption: str) -> Path:
+    """The flight rendered from MuJoCo's chase camera, ``video_cfg["fps"]`` frames a second (every physics step's
+    state logged), the reference as the green marker."""
+    from sims.quadrotor.render import render_flight_mp4
+
+    fps = float(video_cfg.get("fps", 50))
+    stride = max(1, int(round(1.0 / (params.dt * fps))))
+    states = flight.states[::stride]
+    ref, _ = reference_at(flight.trajectory[::stride, 0], flight.reference, flight.target)
+    return render_flight_mp4(params, states, path, fps=1.0 / (params.dt * stride),
+                             width=int(video_cfg.get("width", 480)), height=int(video_cfg.get("height", 360)),
+                             target=ref, caption=caption)
 
 
 def plot(path: Path, flights: dict[str, Flight], title: str) -> None:

@@ -51,18 +51,28 @@ def test_the_twin_shadows_a_deploy_flight(tmp_path):
     assert twin["steps"] >= 590 and twin["thrust_per_mass_error"] < 0.03 and twin["prediction_error_m"] < 0.01
 
 
-def test_a_hand_launched_flight_starts_at_the_target(tmp_path):
+def test_a_hand_launched_flight_starts_at_the_target_and_is_filmed(tmp_path):
     """``start=hand``: held at the target with the motors at the hover command, let go at the first command; no
-    take-off, so the flight is scored from where robo's tasks start."""
+    take-off, so the flight is scored from where robo's tasks start. The target is off the default one, so the glue,
+    the sim-alone flight and the scoring must all use it. The run folder gets the flight's video."""
+    import cv2
+
     run = tmp_path / "deploy"
-    main(["deploy", "policy=robo_foundation", "start=hand", "seconds=4", f"hydra.run.dir={run}"])
+    target = (0.5, -0.3, 1.2)
+    main(["deploy", "policy=robo_foundation", "start=hand", "seconds=4", f"target_position={list(target)}",
+          f"hydra.run.dir={run}"])
     metrics = json.loads((run / "metrics.json").read_text())
     rows = [r.split(",") for r in (run / "trajectory.csv").read_text().splitlines()[1:] if r.startswith("firmware")]
     first = np.array([float(v) for v in rows[0][2:5]])
     print(f"\nhand-launched: firmware {100 * metrics['firmware']['median_error_m']:.1f} cm, sim alone "
           f"{100 * metrics['sim_alone']['median_error_m']:.1f} cm, first sample {first.round(3).tolist()}")
-    assert np.linalg.norm(first - (0.0, 0.0, 1.0)) < 0.02  # one physics step after the release
+    assert np.linalg.norm(first - target) < 0.02  # one physics step after the release
     assert within_target(metrics) and metrics["firmware"]["median_error_m"] < 0.1
+    video = cv2.VideoCapture(str(run / "videos" / "flight.mp4"))
+    frames = int(video.get(cv2.CAP_PROP_FRAME_COUNT))
+    ok, frame = video.read()
+    video.release()
+    assert abs(frames - 4 * 50) <= 1 and ok and frame.shape == (360, 480, 3) and frame.std() > 5
 
 
 def test_a_bad_deploy_gets_one_line(tmp_path, capsys):
