@@ -38,6 +38,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                          f"(choose an imitation policy and task, e.g. policy=energy task=pusht)")
     c = OmegaConf.to_container(cfg, resolve=True)
     write_resolved_config(run_dir, cfg)
+    if int(c.get("population") or 1) > 1:
+        from robo.rl.population_trainer import PopulationTrainer
+
+        result = PopulationTrainer(c, run_dir).train(resume=bool(cfg.resume))
+        log.info("run folder: %s", run_dir)
+        return {k: v for k, v in result.items() if k != "members"}
     trainer = Trainer(c, run_dir)
     final = trainer.train(resume=bool(cfg.resume))
     write_json(run_dir / "eval_history.json", trainer.history)

@@ -115,6 +115,22 @@ def load_weights(model, checkpoint: Path) -> None:
             recursive_setattr(model, f"{name}.data", value.data)
 
 
+def evaluation_task(c: dict, task_config, step_backend: str = "torch", device: str | torch.device = "cpu",
+                    copies: int = 1):
+    """The seeded evaluation task of ``c["eval"]`` flying ``task_config`` on ``device``: ``num_envs`` random starts
+    at rest within ``position_radius`` m and ``angle_deg``, whatever distribution training starts from (the same
+    starts on every device: the task draws them on the host); ``copies`` > 1: that many times ``num_envs`` envs,
+    group-major, each group with starts of its own."""
+    e = c["eval"]
+    task = make_batched_task(task_config, c["robot"], int(e["num_envs"]) * int(copies), step_backend=step_backend,
+                             device=device)
+    init = task.config.init
+    init.position_radius, init.angle_deg = float(e["position_radius"]), float(e["angle_deg"])
+    init.velocity = init.angular_velocity = init.guidance = 0.0
+    task.seed(int(e["seed"]))
+    return task
+
+
 class Trainer:
     """One training run in ``run_dir`` from a resolved config dict ``c`` (see configs/train.yaml)."""
 
@@ -199,18 +215,9 @@ class Trainer:
         return make_task_config(self.c["task"], position_integral=0.0)
 
     def evaluation_task(self, device: str | torch.device = "cpu"):
-        """The seeded evaluation task of ``c["eval"]`` on ``device``: ``num_envs`` random starts at rest within
-        ``position_radius`` m and ``angle_deg``, whatever distribution training starts from (the same starts on
-        every device: the task draws them on the host), observed as the deployed actor reads it
+        """``evaluation_task`` of this run's config, observed as the deployed actor reads it
         (``flown_task_config``)."""
-        e = self.c["eval"]
-        task = make_batched_task(self.flown_task_config(), self.c["robot"], int(e["num_envs"]),
-                                 step_backend=self.step_backend, device=device)
-        init = task.config.init
-        init.position_radius, init.angle_deg = float(e["position_radius"]), float(e["angle_deg"])
-        init.velocity = init.angular_velocity = init.guidance = 0.0
-        task.seed(int(e["seed"]))
-        return task
+        return evaluation_task(self.c, self.flown_task_config(), self.step_backend, device)
 
     def evaluate(self) -> dict:
         """Fly the deployable actor (``deployed_policy``) on the evaluation task, on the run's device where the
