@@ -38,7 +38,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                          f"(choose an imitation policy and task, e.g. policy=energy task=pusht)")
     c = OmegaConf.to_container(cfg, resolve=True)
     write_resolved_config(run_dir, cfg)
-    if int(c.get("population") or 1) > 1:
+    if int(c.get("population", 1)) < 1:
+        raise ValueError(f"population={c['population']} must be at least 1 (1: a single run)")
+    if int(c.get("population", 1)) > 1:
         from robo.rl.population_trainer import PopulationTrainer
 
         result = PopulationTrainer(c, run_dir).train(resume=bool(cfg.resume))

