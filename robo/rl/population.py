@@ -50,7 +50,8 @@ class PopulationSACConfig:
     tau: float = 0.005
     learning_starts: int = 1000       # env steps per member
     gradient_steps: int = 4
-    hover_action: float | None = None  # the actor's output starts here (bias atanh), as init_at_hover does
+    hover_action: float | list[float] | None = None  # the actor's output starts here (bias atanh), as init_at_hover
+                                                      # does: one for all members, or one each
 
     def __post_init__(self):
         if self.lr_schedule not in ("constant", "linear"):
@@ -93,8 +94,9 @@ class PopulationSAC:
         self.actor = stacked_linear([c.actor_obs_dim, *c.pi], gens)
         self.head = stacked_linear([c.pi[-1], 2 * c.action_dim], gens)[0]  # mu, then log std (SB3's two Linear)
         if c.hover_action is not None:
+            hover = torch.as_tensor(c.hover_action, dtype=torch.float32).clamp(-0.999, 0.999).expand(self.n)
             with torch.no_grad():
-                self.head[1][..., :c.action_dim] = math.atanh(max(min(c.hover_action, 0.999), -0.999))
+                self.head[1][..., :c.action_dim] = torch.atanh(hover)[:, None, None]
         # the twin critics of every member stacked as 2n: critic k of member m is row k * n + m
         q_gens = [g for _ in range(2) for g in gens]
         self.critics = stacked_linear([c.obs_dim + c.action_dim, *c.qf, 1], q_gens[:self.n])

@@ -1,7 +1,9 @@
 """``robo train population=N``: N independent SAC policies trained in one process (``robo.rl.population``).
 
 Member ``m`` (seed ``seed + m``) flies ``num_envs`` envs of one batched task (``num_envs * N`` in all, the C step
-with ``sim.step_backend=c``), keeps its own replay, is evaluated every ``eval_every`` env steps (its own env steps:
+with ``sim.step_backend=c``): every member the run's ``robot``, or, with ``population_airframes`` (a
+``sims.quadrotor.randomization.RandomizationConfig``), a quadrotor of its own drawn from that family (seed ``seed``,
+sorted by mass; ``members/<m>/robot.json``), as the foundation pipeline's teachers are. It keeps its own replay, is evaluated every ``eval_every`` env steps (its own env steps:
 each member gets ``total_steps``, as a single run does) and keeps its own best actor. The run folder:
 
     members/<m>/checkpoints/best/policy    member m's deployed actor (robo MLPPolicy) and metrics.json
@@ -9,7 +11,8 @@ each member gets ``total_steps``, as a single run does) and keeps its own best a
     checkpoints/latest/                    population.safetensors (weights, targets, Adam), replay.safetensors
                                            (every member's filled rows), state.json: what resume=<run> continues
     population.json                        per member: the best actor's step and the deployed actor flown on the
-                                           evaluation task as robo eval flies it; the population's timings
+                                           evaluation task as robo eval flies it (on its own quadrotor); the
+                                           population's timings
 
 During training a member is scored on ``eval.num_envs`` random starts of its own, all members in one batched
 flight (groups of ``eval_group`` members); at the end each member's kept actor is flown as a single run's is
@@ -35,6 +38,9 @@ from robo.rl.trainer import evaluation_key, evaluation_task
 from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint, write_json
 from sims.envs import make_batched_task
 from sims.envs.quadrotor_env import autoreset_step, make_robot, make_task_config
+from sims.quadrotor.dynamics import ParamsBatch
+from sims.quadrotor.params import QuadrotorParams
+from sims.quadrotor.randomization import RandomizationConfig, sample_param_list
 
 log = logging.getLogger(__name__)
 SUPPORTED = ("sac", "sac_fast")
@@ -90,6 +96,8 @@ class PopulationTrainer:
         self.task = make_batched_task(c["task"], c["robot"], self.n * self.envs, privileged=bool(c["privileged_critic"]),
                                       step_backend=self.step_backend)
         self.task.seed(int(c["seed"]))
+        self.robots = self._robots(c.get("population_airframes"))
+        self._fly(self.task, self.robots, self.envs)
         kwargs, arch = dict(algo.get("kwargs") or {}), dict((algo.get("policy_kwargs") or {}).get("net_arch") or {})
         if algo.get("activation", "relu") != "relu" or kwargs.get("ent_coef", "auto") != "auto" \
                 or int(kwargs.get("train_freq", 1)) != 1:
@@ -103,7 +111,7 @@ class PopulationTrainer:
             batch_size=int(kwargs.get("batch_size", 256)), gamma=float(kwargs.get("gamma", 0.99)),
             tau=float(kwargs.get("tau", 0.005)), learning_starts=int(kwargs.get("learning_starts", 100)),
             gradient_steps=int(kwargs.get("gradient_steps", 1)),
-            hover_action=self.robot.hover_action if algo.get("init_at_hover", True) else None)
+            hover_action=[q.hover_action for q in self.robots] if algo.get("init_at_hover", True) else None)
         self.seeds = [int(c["seed"]) + m for m in range(self.n)]
         self.sac = PopulationSAC(self.config, self.seeds)
         self.replay = PopulationReplay(self.n, self.config.buffer_size, self.task.obs_dim, 4)
@@ -114,6 +122,22 @@ class PopulationTrainer:
         self.seconds = {"rollout": 0.0, "update": 0.0, "evaluation": 0.0}
 
     # Members ---------------------------------------------------------------------------------------------
+    def _robots(self, airframes: dict | None) -> list[QuadrotorParams]:
+        """Each member's quadrotor: the run's robot, or one drawn per member from ``airframes``, sorted by mass."""
+        if not airframes:
+            return [self.robot] * self.n
+        family = RandomizationConfig.from_dict(dict(airframes))
+        quads = sorted(sample_param_list(family, self.n, int(self.c["seed"])), key=lambda q: q.mass)
+        return [q if q.dt == self.robot.dt else QuadrotorParams.from_dict({**q.to_dict(), "dt": self.robot.dt})
+                for q in quads]
+
+    @staticmethod
+    def _fly(task, robots: list[QuadrotorParams], envs: int) -> None:
+        """``task``'s envs, group-major, fly ``robots`` (``envs`` each)."""
+        if any(r is not robots[0] for r in robots):
+            task.sim.set_params(ParamsBatch.from_params([r for r in robots for _ in range(envs)],
+                                                        dtype=task.sim.params.mass.dtype, device=task.device))
+
     def member_dir(self, m: int) -> Path:
         return self.run_dir / "members" / f"{m:03d}"
 
@@ -131,6 +155,7 @@ class PopulationTrainer:
             members = slice(lo, min(lo + group, self.n))
             k = members.stop - members.start
             task = evaluation_task(self.c, make_task_config(self.c["task"]), self.step_backend, copies=k)
+            self._fly(task, self.robots[members], int(e["num_envs"]))
             task.seed(int(e["seed"]) + lo)
             r = rollout(PopulationActor(self.sac, members, int(e["num_envs"])), task, float(e["seconds"]))
             out += [flight_metrics(member_rollout(r, i, int(e["num_envs"])), float(e["success_radius"]))
@@ -227,10 +252,14 @@ class PopulationTrainer:
             policy = make_policy({"kind": "checkpoint", "path": str(folder / "checkpoints" / BEST / "policy")})
             task = evaluation_task(self.c, make_task_config(self.c["task"], position_integral=0.0),
                                    self.step_backend)
+            if self.robots[m] is not self.robot:
+                task.sim.set_params(ParamsBatch.from_params(self.robots[m], task.num_envs,
+                                                            dtype=task.sim.params.mass.dtype))
+                write_json(folder / "robot.json", self.robots[m].to_dict())
             deployed = flight_metrics(rollout(policy, task, float(self.c["eval"]["seconds"])),
                                       float(self.c["eval"]["success_radius"]))
             members.append({"member": m, "seed": self.seeds[m], "best_step": self.best[m]["step"],
-                            "deployed": deployed})
+                            "mass_kg": float(self.robots[m].mass), "deployed": deployed})
             log.info("member %d (seed %d): deployed actor of step %d: %s", m, self.seeds[m], self.best[m]["step"],
                      describe(deployed))
         train_seconds = sum(v for k, v in self.seconds.items() if k != "evaluation")

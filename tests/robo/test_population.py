@@ -91,3 +91,28 @@ def test_population_settings_it_cannot_honour_get_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "population=2", "algo=td3", f"hydra.run.dir={tmp_path / 'a'}"])
     assert "population=2 trains SAC members: give algo=sac_fast (or sac), not td3" in capsys.readouterr().err
+
+
+def test_members_can_each_fly_a_quadrotor_of_their_own(tmp_path):
+    run = tmp_path / "pop"
+    family = "{base: crazyflie, mass: [0.02, 3.0], thrust_to_weight: [1.5, 5.0]}"
+    main(["train", "+experiment=hover_quick", "population=3", "num_envs=4", "total_steps=400", "eval_every=400",
+          "eval.num_envs=8", "video.enabled=false", f"population_airframes={family}", f"hydra.run.dir={run}"])
+    summary = json.loads((run / "population.json").read_text())
+    masses = [m["mass_kg"] for m in summary["members"]]
+    assert masses == sorted(masses) and len(set(masses)) == 3 and 0.02 <= masses[0] and masses[-1] <= 3.0
+    robots = [json.loads((run / "members" / f"{m:03d}" / "robot.json").read_text()) for m in range(3)]
+    assert [r["mass"] for r in robots] == masses
+
+
+def test_each_members_envs_fly_its_quadrotor_and_its_actor_starts_at_its_hover(tmp_path):
+    from robo.foundation.config import composed
+    from robo.rl.population_trainer import PopulationTrainer
+
+    c = composed("train", ["+experiment=hover_quick", "population=3", "num_envs=4",
+                           "population_airframes={base: crazyflie, mass: [0.02, 3.0]}"])
+    trainer = PopulationTrainer(c, tmp_path)
+    mass = trainer.task.sim.params.mass.reshape(3, 4)
+    assert torch.allclose(mass, torch.tensor([[q.mass] * 4 for q in trainer.robots], dtype=mass.dtype))
+    hover = torch.tensor([q.hover_action for q in trainer.robots])
+    assert torch.allclose(torch.tanh(trainer.sac.head[1][:, 0, :4]), hover[:, None].expand(3, 4), atol=1e-6)
