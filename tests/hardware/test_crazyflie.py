@@ -35,7 +35,10 @@ def test_state_round_trip_in_si_flu(link):
     assert isinstance(robot, Robot)
     q = euler_zyx_to_quat(0.3, -0.2, 1.0)
     peer.vehicle.set_state(position=[1.0, -2.0, 0.5], quaternion=q, angular_velocity=[0.5, -1.0, 2.0])
-    assert wait_for(lambda: np.allclose(robot.read_state().angular_velocity, [0.5, -1.0, 2.0], atol=1e-5))
+    # position, attitude and rates come in separate log blocks, each in its own packet: wait for all of them
+    assert wait_for(lambda: np.allclose(robot.read_state().angular_velocity, [0.5, -1.0, 2.0], atol=1e-5)
+                    and np.allclose(robot.read_state().position, [1.0, -2.0, 0.5], atol=1e-6)
+                    and np.allclose(robot.read_state().quaternion, q, atol=1e-6))
     s = robot.read_state()
     np.testing.assert_allclose(s.position, [1.0, -2.0, 0.5], atol=1e-6)
     np.testing.assert_allclose(s.quaternion, q, atol=1e-6)  # qx..qw reordered to w, x, y, z
