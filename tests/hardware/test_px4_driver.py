@@ -21,7 +21,12 @@ def test_telemetry_arrives_in_flu(vehicle, px4):
     vehicle.set_state(position=[0.5, -0.3, 1.2], quaternion=q_flu, velocity=[0.1, 0.2, -0.3],
                       angular_velocity=[0.4, -0.5, 0.6])
     t_set = time.monotonic()
-    assert wait_for(lambda: px4.read_state().timestamp > t_set + 0.03)
+    # each field comes in a message of its own: wait until all of them have arrived since the change
+    assert wait_for(lambda: px4.read_state().timestamp > t_set + 0.03
+                    and np.allclose(px4.read_state().position, [0.5, -0.3, 1.2], atol=1e-6)
+                    and np.allclose(px4.read_state().velocity, [0.1, 0.2, -0.3], atol=1e-6)
+                    and np.allclose(px4.read_state().quaternion, q_flu, atol=1e-6)
+                    and np.allclose(px4.read_state().angular_velocity, [0.4, -0.5, 0.6], atol=1e-6))
     s = px4.read_state()
     np.testing.assert_allclose(s.position, [0.5, -0.3, 1.2], atol=1e-6)
     np.testing.assert_allclose(s.velocity, [0.1, 0.2, -0.3], atol=1e-6)
