@@ -22,6 +22,7 @@ from sims.envs.quadrotor_env import make_robot
 
 log = logging.getLogger(__name__)
 TARGETS = ("betaflight_sitl", "build")
+MODES = ("onboard", "companion")
 FLIGHTS = ("hover", "figure_eight")
 
 
@@ -32,10 +33,22 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         raise ValueError(f"start={cfg.start!r}; choose one of {list(STARTS)}")
     if cfg.flight not in FLIGHTS:
         raise ValueError(f"flight={cfg.flight!r}; choose one of {list(FLIGHTS)}")
+    if cfg.mode not in MODES:
+        raise ValueError(f"mode={cfg.mode!r}; choose one of {list(MODES)}")
+    companion = cfg.mode == "companion"
+    if companion and cfg.policy.get("kind") != "position_hold":
+        raise ValueError("mode=companion flies robo's attitude-level controller: give it policy=position_hold "
+                         f"(the {cfg.policy.get('kind')} policy acts on the motors: it flies onboard)")
+    if not companion and cfg.policy.get("kind") == "position_hold":
+        raise ValueError("policy=position_hold sends attitude and thrust: give it mode=companion")
+    if companion and cfg.target != "betaflight_sitl":
+        raise ValueError("mode=companion flies the firmware (target=betaflight_sitl); there is nothing to build")
     if cfg.board is not None and cfg.target != "build":
         raise ValueError(f"board={cfg.board} is built, not flown: give target=build with it")
     if cfg.board is not None and cfg.board not in BOARDS:
         raise ValueError(f"board={cfg.board!r}: robo builds Betaflight for {list(BOARDS)}")
+    if companion:
+        return run_companion(cfg, Path(run_dir))
     if OmegaConf.is_missing(cfg.policy, "path"):
         raise ValueError("no policy to deploy: give policy=<checkpoint folder>, policy=raptor or policy=robo_foundation")
     if not float(cfg.seconds) > 0:
@@ -124,6 +137,39 @@ def write_trajectories(path: Path, flights: dict[str, Flight]) -> None:
         for name, flight in flights.items():
             for row, e in zip(flight.trajectory, flight.errors()):
                 w.writerow([name, *(f"{v:.5f}" for v in row), f"{e:.5f}"])
+
+
+def run_companion(cfg: DictConfig, run_dir: Path) -> dict:
+    """``mode=companion``: the stock lockstep firmware flown by ``PositionHold`` over MSP (``robo.companion``)."""
+    from robo.companion import fly_companion, position_hold
+
+    seed_run(int(cfg.seed))
+    c = OmegaConf.to_container(cfg, resolve=True)
+    params = make_robot(c["robot"])
+    params = dataclasses.replace(params, dt=1.0 / float(cfg.loop_hz)) if cfg.loop_hz else params
+    write_resolved_config(run_dir, cfg)
+    target = tuple(c["target_position"])
+    log.info("flying the stock firmware as a companion computer (attitude over MSP, 50 Hz): %s, %g s",
+             cfg.flight, cfg.seconds)
+    flight = fly_companion(position_hold(params, c["policy"]), params, run_dir, float(cfg.seconds), str(cfg.flight),
+                           str(cfg.start), target)
+    metrics = {"companion": {**flight.metrics(), "ticks": flight.firmware["ticks"],
+                             "stopped": flight.firmware["stopped"]}}
+    result = {"target": cfg.target, "mode": "companion", "policy_kind": "position_hold", "robot": c["robot"]["preset"],
+              "mass_kg": float(params.mass), "loop_hz": 1.0 / params.dt}
+    write_json(run_dir / "metrics.json", {**result, **metrics})
+    flights = {"companion": flight}
+    write_trajectories(run_dir / "trajectory.csv", flights)
+    title = f"position_hold on {c['robot']['preset']}: {cfg.flight}, companion"
+    plot(run_dir / "trajectory.png", flights, title)
+    if c["video"]["enabled"]:
+        result["video"] = str(video(run_dir / "videos" / "flight.mp4", flight, params, c["video"],
+                                    f"{title}, through Betaflight"))
+    m = metrics["companion"]
+    result.update({"companion_median_error_m": m["median_error_m"], "companion_lost": m["lost"],
+                   "stopped": m["stopped"]})
+    log.info("run folder: %s", run_dir)
+    return result
 
 
 def build_board(kind: str, export_dir: Path, board: str, settings, run_dir: Path) -> dict:

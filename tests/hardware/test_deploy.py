@@ -75,6 +75,19 @@ def test_a_hand_launched_flight_starts_at_the_target_and_is_filmed(tmp_path):
     assert abs(frames - 4 * 50) <= 1 and ok and frame.shape == (360, 480, 3) and frame.std() > 5
 
 
+def test_the_stock_firmware_flown_as_a_companion_computer_holds_the_target(tmp_path):
+    """``mode=companion``: robo's attitude-level controller flies the stock (lockstep) firmware over MSP at 50 Hz,
+    through the safety layer; the firmware's own attitude and rate loops do the rest."""
+    run = tmp_path / "deploy"
+    main(["deploy", "mode=companion", "policy=position_hold", "robot.preset=betaflight_quadx", "start=hand",
+          "seconds=5", "video.enabled=false", f"hydra.run.dir={run}"])
+    metrics = json.loads((run / "metrics.json").read_text())["companion"]
+    print(f"\ncompanion hover: {100 * metrics['median_error_m']:.1f} cm median, {metrics['ticks']} ticks")
+    assert metrics["stopped"] is None and not metrics["lost"] and metrics["median_error_m"] < 0.15
+    assert metrics["ticks"] >= 5 * 50 - 5  # the 50 Hz loop on sim time
+    assert (run / "trajectory.png").is_file() and "companion" in (run / "trajectory.csv").read_text()
+
+
 def test_a_bad_deploy_gets_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["deploy", "policy=robo_foundation", "target=mcu", f"hydra.run.dir={tmp_path / 'x'}"])
@@ -85,6 +98,13 @@ def test_a_bad_deploy_gets_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["deploy", "policy=robo_foundation", "loop_hz=250", f"hydra.run.dir={tmp_path / 'y'}"])
     assert "control rate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["deploy", "policy=raptor", "mode=companion", f"hydra.run.dir={tmp_path / 'z'}"])
+    assert "mode=companion flies robo's attitude-level controller: give it policy=position_hold" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["deploy", "policy=position_hold", f"hydra.run.dir={tmp_path / 'w'}"])
+    assert "policy=position_hold sends attitude and thrust: give it mode=companion" in capsys.readouterr().err
 
 
 @pytest.mark.slow
