@@ -42,6 +42,8 @@ class TeacherConfig:
     eval_envs: int = 64
     trim: bool = True
     init_from: str | None = None
+    population: int = 0  # > 0: teachers train this many at a time in one process (robo train population=N's
+                         # trainer, SAC), instead of one Ray task each
 
 
 @dataclass
@@ -169,6 +171,9 @@ class FoundationRunConfig:
         for key, v in positive.items():
             if not (isinstance(v, int) and v >= 1):
                 raise ValueError(f"{key} must be a positive integer, got {v!r}")
+        if not (isinstance(self.teacher.population, int) and self.teacher.population >= 0):
+            raise ValueError(f"teacher.population must be 0 (one Ray task per teacher) or a positive integer, got "
+                             f"{self.teacher.population!r}")
         if self.ray.max_retries < 0:
             raise ValueError(f"ray.max_retries must be >= 0, got {self.ray.max_retries}")
         if not 0 < self.ray.cpus_per_teacher <= max(self.ray.num_cpus, 1) and self.ray.address is None:

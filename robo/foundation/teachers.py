@@ -159,6 +159,27 @@ class Manifest:
         return [t for t in self.teachers if t["status"] == "done"]
 
 
+def train_population(specs: list[dict], folder: Path) -> list[dict]:
+    """Train (or resume) the teachers ``specs`` together as one population (``robo.rl.population_trainer``) in
+    ``folder``: member ``m`` is teacher ``specs[m]`` (its quadrotor and seed). Returns each one's manifest fields:
+    its best-evaluated actor, that evaluation's metrics, and the population's wall time shared out."""
+    from robo.rl.population_trainer import PopulationTrainer
+    from robo.rl.trainer import BEST
+    from sims.envs.quadrotor_env import make_robot
+
+    t0 = time.time()
+    c = json.loads(json.dumps(specs[0]["config"]))
+    c["population"] = len(specs)
+    trainer = PopulationTrainer(c, folder, robots=[make_robot(s["config"]["robot"]) for s in specs],
+                                seeds=[int(s["config"]["seed"]) for s in specs])
+    resumed_from = trainer.steps if trainer.load_checkpoint() else 0
+    trainer.train()
+    wall = (time.time() - t0) / len(specs)
+    return [{"checkpoint": str(trainer.member_dir(m) / "checkpoints" / BEST / "policy"),
+             "score": {k: float(v) for k, v in trainer.best[m].items()}, "wall_s": wall,
+             "resumed_from_step": resumed_from, "population": str(folder)} for m in range(len(specs))]
+
+
 def run_teachers(cfg: FoundationRunConfig, run_dir: Path,
                  train_fn: Callable[[dict], dict] = train_teacher, executor: Executor | None = None) -> Manifest:
     """Train every teacher not yet ``done`` in ``run_dir/manifest.json`` as Ray tasks (``robo.ray_tasks``;
@@ -173,6 +194,8 @@ def run_teachers(cfg: FoundationRunConfig, run_dir: Path,
     todo = [s for s in specs if manifest.teachers[s["index"]]["status"] != "done"]
     if not todo:
         return manifest
+    if cfg.teacher.population > 0:
+        return _run_populations(cfg, Path(run_dir), specs, manifest)
     if executor is None:
         executor = RayExecutor(cfg.ray.address, cfg.ray.num_cpus, cpus=cfg.ray.cpus_per_teacher,
                                max_retries=cfg.ray.max_retries)
@@ -200,6 +223,29 @@ def run_teachers(cfg: FoundationRunConfig, run_dir: Path,
     if failed_ids:
         raise RuntimeError(f"teachers {failed_ids} failed after {1 + cfg.ray.max_retries} attempts (see "
                            f"{manifest.path}); rerun with resume={run_dir} to retry them")
+    return manifest
+
+
+def _run_populations(cfg: FoundationRunConfig, run_dir: Path, specs: list[dict], manifest: Manifest) -> Manifest:
+    """``teacher.population`` > 0: the teachers in groups of that many (by index, so by mass), each group one
+    population in ``populations/<first index>``; a group whose teachers are all done is skipped, a group cut off
+    resumes from its checkpoint."""
+    if cfg.teacher.init_from:
+        raise ValueError("teacher.init_from starts each teacher from another run's; teacher.population trains them "
+                         "from scratch: set one of them")
+    size = int(cfg.teacher.population)
+    for lo in range(0, len(specs), size):
+        group = specs[lo:lo + size]
+        if all(manifest.teachers[s["index"]]["status"] == "done" for s in group):
+            continue
+        for s in group:
+            manifest.update(s["index"], status="running", attempts=manifest.teachers[s["index"]]["attempts"] + 1)
+        results = train_population(group, run_dir / "populations" / f"{group[0]['index']:04d}")
+        for s, result in zip(group, results):
+            manifest.update(s["index"], status="done", **result)
+        log.info("teachers %d-%d (%.3f-%.3f kg) done as one population: %.0f s each", group[0]["index"],
+                 group[-1]["index"], group[0]["config"]["robot"]["mass"], group[-1]["config"]["robot"]["mass"],
+                 results[0]["wall_s"])
     return manifest
 
 

@@ -71,7 +71,10 @@ def member_rollout(r: Rollout, i: int, envs: int) -> Rollout:
 class PopulationTrainer:
     """A population run in ``run_dir`` from a resolved ``robo train`` config ``c`` with ``population`` >= 1."""
 
-    def __init__(self, c: dict, run_dir: Path):
+    def __init__(self, c: dict, run_dir: Path, robots: list[QuadrotorParams] | None = None,
+                 seeds: list[int] | None = None):
+        """``robots`` and ``seeds`` (one each per member): given quadrotors and seeds instead of ``c``'s
+        (``population_airframes`` or ``robot``, and ``seed + m``), e.g. the foundation pipeline's teachers."""
         self.c, self.run_dir = c, Path(run_dir)
         algo = c["algo"]
         if algo["name"] not in SUPPORTED:
@@ -96,7 +99,9 @@ class PopulationTrainer:
         self.task = make_batched_task(c["task"], c["robot"], self.n * self.envs, privileged=bool(c["privileged_critic"]),
                                       step_backend=self.step_backend)
         self.task.seed(int(c["seed"]))
-        self.robots = self._robots(c.get("population_airframes"))
+        if robots is not None and len(robots) != self.n or seeds is not None and len(seeds) != self.n:
+            raise ValueError(f"a population of {self.n} needs {self.n} robots and seeds")
+        self.robots = list(robots) if robots is not None else self._robots(c.get("population_airframes"))
         self._fly(self.task, self.robots, self.envs)
         kwargs, arch = dict(algo.get("kwargs") or {}), dict((algo.get("policy_kwargs") or {}).get("net_arch") or {})
         if algo.get("activation", "relu") != "relu" or kwargs.get("ent_coef", "auto") != "auto" \
@@ -112,7 +117,7 @@ class PopulationTrainer:
             tau=float(kwargs.get("tau", 0.005)), learning_starts=int(kwargs.get("learning_starts", 100)),
             gradient_steps=int(kwargs.get("gradient_steps", 1)),
             hover_action=[q.hover_action for q in self.robots] if algo.get("init_at_hover", True) else None)
-        self.seeds = [int(c["seed"]) + m for m in range(self.n)]
+        self.seeds = [int(x) for x in seeds] if seeds is not None else [int(c["seed"]) + m for m in range(self.n)]
         self.sac = PopulationSAC(self.config, self.seeds)
         self.replay = PopulationReplay(self.n, self.config.buffer_size, self.task.obs_dim, 4)
         self.sample_rng = torch.Generator().manual_seed(int(c["seed"]) + 104729)
@@ -131,10 +136,9 @@ class PopulationTrainer:
         return [q if q.dt == self.robot.dt else QuadrotorParams.from_dict({**q.to_dict(), "dt": self.robot.dt})
                 for q in quads]
 
-    @staticmethod
-    def _fly(task, robots: list[QuadrotorParams], envs: int) -> None:
-        """``task``'s envs, group-major, fly ``robots`` (``envs`` each)."""
-        if any(r is not robots[0] for r in robots):
+    def _fly(self, task, robots: list[QuadrotorParams], envs: int) -> None:
+        """``task``'s envs (made for the run's ``robot``), group-major, fly ``robots`` (``envs`` each)."""
+        if any(r is not self.robot for r in robots):
             task.sim.set_params(ParamsBatch.from_params([r for r in robots for _ in range(envs)],
                                                         dtype=task.sim.params.mass.dtype, device=task.device))
 

@@ -52,6 +52,7 @@ def ray_local():
 # Config ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad, match", [
     ({"teachers": 0}, "teachers must be a positive integer"),
+    ({"teacher": {"population": -1}}, "teacher.population must be 0"),
     ({"dagger": {"gru_hidden": 0}}, "dagger.gru_hidden"),
     ({"dagger": {"validation_quadrotors": 4, "validation_seed": 100_000}}, "validation_seed"),
     ({"dagger": {"restarts": 2}}, "restarts > 1 needs"),
@@ -511,6 +512,23 @@ def test_a_failed_teacher_is_retried_and_resumes_from_its_checkpoint(tmp_path, r
     assert manifest.done()[0]["checkpoint"] == t["checkpoint"]
     # a rerun on the same folder keeps the done teacher (no new attempt)
     assert run_teachers(cfg, tmp_path, flaky).teachers[0]["attempts"] == 2
+
+
+def test_teachers_train_as_populations_each_on_its_own_quadrotor(tmp_path):
+    """``teacher.population=2``: three teachers as two populations (2 + 1) in one process each; every teacher's
+    actor is its own member's best, evaluated on its own quadrotor; a rerun keeps them."""
+    cfg = tiny_config(teachers=3, steps=1000, teacher={"population": 2})
+    manifest = run_teachers(cfg, tmp_path)
+    teachers = json.loads((tmp_path / "manifest.json").read_text())["teachers"]
+    assert [t["status"] for t in teachers] == ["done"] * 3
+    assert [Path(t["population"]).name for t in teachers] == ["0000", "0000", "0002"]
+    for t in teachers:
+        assert isinstance(load_policy(t["checkpoint"]), MLPPolicy) and "final_median_position_error" in t["score"]
+        member = Path(t["checkpoint"]).parents[2]
+        assert json.loads((member / "robot.json").read_text())["mass"] == pytest.approx(t["mass"])
+    assert len({t["checkpoint"] for t in teachers}) == 3 and manifest.done() == manifest.teachers
+    again = run_teachers(cfg, tmp_path)
+    assert [t["attempts"] for t in again.teachers] == [1, 1, 1]
 
 
 def test_a_teacher_that_keeps_failing_is_recorded_not_lost(tmp_path, ray_local):
