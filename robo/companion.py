@@ -7,8 +7,8 @@ What flies is robo's attitude-level controller, ``hardware.drivers.position_hold
 to a tilt and thrust): robo's trained policies act on the four motors, which Betaflight takes from the outside
 only when disarmed (motor test), so they fly onboard (``mode=onboard``). The flight, its reference and its scoring
 are the onboard flight's (``robo.onboard``: hover or figure-eight at the target, from the ground or hand-launched,
-median error after the take-off). The companion's loop runs on sim time (its ticks follow the simulator's clock),
-so a slow host slows the flight down without changing it, as the firmware's lockstep does.
+median error after the take-off). The companion's loop and the safety layer's command watchdog run on sim time
+(the simulator's clock), so a slow host slows the flight down without changing it, as the firmware's lockstep does.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def fly_companion(controller: PositionHold, params: QuadrotorParams, run_dir: st
     try:
         robot = connect_provisioned(fw, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP",
                                                     rate_pid_scale=0.5))
-        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2))
+        sim_clock = lambda: fw.snapshot()["time"]  # noqa: E731  (the firmware's and the loop's time)
+        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2), clock=sim_clock)
         try:
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)
@@ -55,13 +56,13 @@ def fly_companion(controller: PositionHold, params: QuadrotorParams, run_dir: st
                 wait_ready(robot, timeout=60.0)
             safe.arm()
             fw.log_states = True
-            t0 = fw.snapshot()["time"]
+            t0 = sim_clock()
 
             def trajectory(t: float):
                 p, v = reference_at(np.array([t]), reference, target)
                 return p[0], v[0]
 
-            log = fly(safe, controller, trajectory, seconds, period=period, clock=lambda: fw.snapshot()["time"])
+            log = fly(safe, controller, trajectory, seconds, period=period, clock=sim_clock)
             fw.log_states = False
             rates = fw.rates()
             safe.disarm()
@@ -69,7 +70,5 @@ def fly_companion(controller: PositionHold, params: QuadrotorParams, run_dir: st
             safe.close()
     finally:
         fw.close()
-    flown = [(t - t0, s) for t, s in fw.state_log if 1e-9 < t - t0 <= seconds + 1e-9]
     firmware = {**rates, "ticks": len(log["t"]), "stopped": log["stopped"]}
-    return Flight(np.array([(t, *s[0:3]) for t, s in flown]), reference, period, firmware,
-                  np.array([s for _, s in flown]), tuple(target))
+    return Flight.logged(fw.state_log, t0, seconds, reference, period, firmware, target)

@@ -100,6 +100,15 @@ class Flight:
     states: np.ndarray | None = None
     target: tuple = TARGET  # world FLU m: the hover point, the figure-eight's centre
 
+    @classmethod
+    def logged(cls, state_log, t0: float, seconds: float, reference: str, policy_dt: float,
+               firmware: dict | None = None, target=TARGET) -> "Flight":
+        """The flight of a firmware runner's ``state_log`` ((sim s, state (17,)) per physics step) over the
+        ``seconds`` after sim time ``t0``."""
+        flown = [(t - t0, s) for t, s in state_log if 1e-9 < t - t0 <= seconds + 1e-9]
+        return cls(np.array([(t, *s[0:3]) for t, s in flown]), reference, policy_dt, firmware,
+                   np.array([s for _, s in flown]), tuple(target))
+
     def errors(self) -> np.ndarray:
         """Distance (T,) m from the reference at each sample's time."""
         ref, _ = reference_at(self.trajectory[:, 0], self.reference, self.target)
@@ -173,10 +182,8 @@ def fly_onboard(binary: Path, params: QuadrotorParams, run_dir: str | Path, seco
             robot.close()
     finally:
         fw.close()
-    flown = [(t - t_arm, s) for t, s in fw.state_log if 1e-9 < t - t_arm <= seconds + 1e-9]
     firmware = {**onboard_log((run_dir / "sitl.log").read_text()), **rates}
-    return Flight(np.array([(t, *s[0:3]) for t, s in flown]), reference, policy_dt, firmware,
-                  np.array([s for _, s in flown]), tuple(target))
+    return Flight.logged(fw.state_log, t_arm, seconds, reference, policy_dt, firmware, target)
 
 
 def fly_sim_alone(policy, params: QuadrotorParams, manifest: DeploymentManifest, reference: str,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -60,8 +61,12 @@ class SafetyEvent:
 class SafetyLayer:
     """Wraps a ``Robot``; use it wherever a ``Robot`` is expected (policies talk only to this)."""
 
-    def __init__(self, robot: Robot, config: SafetyConfig | None = None):
+    def __init__(self, robot: Robot, config: SafetyConfig | None = None, clock: Callable[[], float] = time.monotonic):
+        """``clock`` () -> s: what the gaps between commands (``command_timeout``) are measured on: the host's
+        monotonic clock, or a simulator's clock when the vehicle runs on sim time (a lockstep SITL stalls with a
+        loaded host, and so does the loop commanding it). Everything else, events included, is on host time."""
         self.robot = robot
+        self.clock = clock
         self.config = config or SafetyConfig()
         self.name = f"safe-{robot.name}"
         self._lo, self._hi = np.asarray(self.config.geofence_min), np.asarray(self.config.geofence_max)
@@ -70,7 +75,8 @@ class SafetyLayer:
         self._fault: SafetyEvent | None = None
         self._killed = False
         self._armed = False
-        self._last_command_time = 0.0
+        self._last_command_time = 0.0  # host s: an event's cause time
+        self._last_command_tick = 0.0  # on ``clock``: what the watchdog measures
         self._last: Command | None = None  # last command forwarded (slew reference)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,7 +96,7 @@ class SafetyLayer:
         self.robot.arm()
         with self._lock:
             self._armed, self._last = True, None
-            self._last_command_time = time.monotonic()
+            self._last_command_time, self._last_command_tick = time.monotonic(), self.clock()
         self._start_watchdog()
 
     def arming_problem(self) -> str | None:
@@ -124,7 +130,7 @@ class SafetyLayer:
                 return None
             command = self._slew_limit(command, now)
             self.robot.send(command)
-            self._last, self._last_command_time = command, now
+            self._last, self._last_command_time, self._last_command_tick = command, now, self.clock()
             return command
 
     def close(self) -> None:
@@ -277,9 +283,9 @@ class SafetyLayer:
             with self._lock:
                 if not self._armed or self._fault is not None:
                     continue
-                now = time.monotonic()
-                if now - self._last_command_time > self.config.command_timeout:
-                    self._trip("watchdog_timeout", f"no command for {now - self._last_command_time:.3f} s "
+                now, gap = time.monotonic(), self.clock() - self._last_command_tick
+                if gap > self.config.command_timeout:
+                    self._trip("watchdog_timeout", f"no command for {gap:.3f} s "
                                f"(command_timeout {self.config.command_timeout} s)", self._last_command_time)
                     continue
                 problem = self._state_problem(self.robot.read_state(), now)

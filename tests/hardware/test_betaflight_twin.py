@@ -63,7 +63,8 @@ def test_the_twin_identifies_the_mass_of_the_firmware_flown_quad(tmp_path):
     with closing(start_firmware(params=TRUTH, run_dir=tmp_path)) as fw:
         setup = SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5)
         robot, _ = connect_provisioned(fw, setup, acc_1g=256, read_motors=True)
-        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2))
+        sim_clock = lambda: fw.snapshot()["time"]  # noqa: E731  ticks and command gaps on sim time
+        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2), clock=sim_clock)
         try:
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)
@@ -73,7 +74,7 @@ def test_the_twin_identifies_the_mass_of_the_firmware_flown_quad(tmp_path):
             controller = PositionHold(hover_thrust=throttle_for_motor(NOMINAL.hover_command))
             safe.arm()
             log = fly(shadow, controller, trajectory, trajectory.duration, period=PERIOD,
-                      clock=lambda: fw.snapshot()["time"])  # ticks of sim time: the twin's PERIOD
+                      clock=sim_clock)  # ticks of sim time: the twin's PERIOD
             flags = arming_disable_names(robot.status_ex().arming_disable) if log["stopped"] else []
         finally:
             safe.close()

@@ -94,6 +94,25 @@ def _wait_fault(safety, timeout=1.0):
     return safety.fault
 
 
+def test_the_watchdog_measures_command_gaps_on_the_clock_it_is_given(robot):
+    """A vehicle on sim time (a lockstep SITL) stalls with its host: while the sim clock stands still, a pause
+    in the commands is no gap; once sim time passes without a command, the watchdog trips as on the host clock."""
+    sim = {"t": 0.0}
+    layer = SafetyLayer(robot, SafetyConfig(command_timeout=0.05), clock=lambda: sim["t"])
+    layer.connect()
+    layer.arm()
+    try:
+        assert layer.send_action(np.full(4, 0.1)) is not None
+        time.sleep(0.2)  # four timeouts of host time, none of sim time
+        assert layer.fault is None and robot.armed
+        sim["t"] = 0.1
+        fault = _wait_fault(layer)
+        assert fault is not None and fault.kind == "watchdog_timeout" and "0.100 s" in fault.detail
+        assert not robot.armed
+    finally:
+        layer.close()
+
+
 def test_watchdog_on_silence_motors_off_within_100ms(robot):
     reactions = []
     for _ in range(10):
