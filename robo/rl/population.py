@@ -219,7 +219,7 @@ class PopulationSAC:
             if s:
                 out[f"adam.{i}.exp_avg"], out[f"adam.{i}.exp_avg_sq"] = s["exp_avg"], s["exp_avg_sq"]
                 out[f"adam.{i}.step"] = s["step"].reshape(1).float()
-        out["noise"] = self.noise.get_state().to(torch.float64) if self.device.type == "cpu" else torch.zeros(1)
+        out["noise"] = self.noise.get_state()
         out["updates"] = torch.tensor([self.updates], dtype=torch.float64)
         return {k: v.contiguous().cpu() for k, v in out.items()}
 
@@ -235,8 +235,7 @@ class PopulationSAC:
                 self.optimizer.state[p] = {"exp_avg": state[f"adam.{i}.exp_avg"].to(self.device).clone(),
                                            "exp_avg_sq": state[f"adam.{i}.exp_avg_sq"].to(self.device).clone(),
                                            "step": state[f"adam.{i}.step"].reshape(()).clone()}
-        if self.device.type == "cpu":
-            self.noise.set_state(state["noise"].to(torch.uint8))
+        self.noise.set_state(state["noise"])
         self.updates = int(state["updates"].item())
 
 

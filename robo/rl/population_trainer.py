@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 
 from robo.evaluate import Rollout, describe, flight_metrics, rollout
 from robo.factory import make_policy
+from robo.foundation.teachers import sample_quadrotors
 from robo.rl.population import PopulationReplay, PopulationSAC, PopulationSACConfig
 from robo.rl.trainer import evaluation_key, evaluation_task
 from robo.run_dir import BEST, LATEST, checkpoint, read_state, write_checkpoint, write_json
@@ -40,7 +41,6 @@ from sims.envs import make_batched_task
 from sims.envs.quadrotor_env import autoreset_step, make_robot, make_task_config
 from sims.quadrotor.dynamics import ParamsBatch
 from sims.quadrotor.params import QuadrotorParams
-from sims.quadrotor.randomization import RandomizationConfig, sample_param_list
 
 log = logging.getLogger(__name__)
 SUPPORTED = ("sac", "sac_fast")
@@ -131,8 +131,7 @@ class PopulationTrainer:
         """Each member's quadrotor: the run's robot, or one drawn per member from ``airframes``, sorted by mass."""
         if not airframes:
             return [self.robot] * self.n
-        family = RandomizationConfig.from_dict(dict(airframes))
-        quads = sorted(sample_param_list(family, self.n, int(self.c["seed"])), key=lambda q: q.mass)
+        quads = sample_quadrotors(airframes, self.n, int(self.c["seed"]))
         return [q if q.dt == self.robot.dt else QuadrotorParams.from_dict({**q.to_dict(), "dt": self.robot.dt})
                 for q in quads]
 
