@@ -46,8 +46,8 @@ def fly_companion(controller: PositionHold, params: QuadrotorParams, run_dir: st
     try:
         robot = connect_provisioned(fw, SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP",
                                                     rate_pid_scale=0.5))
-        sim_clock = lambda: fw.snapshot()["time"]  # noqa: E731  (the firmware's and the loop's time)
-        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2), clock=sim_clock)
+        sim_clock = robot.clock  # the firmware's sim time: the loop's, the driver's and the safety layer's clock
+        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2))
         try:
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)

@@ -133,7 +133,7 @@ def connect_provisioned(fw, setup: SetupConfig, acc_1g: int = 256, attempts: int
     that sends no telemetry or whose calibration never ends (a start that stalls on a loaded machine) is replaced
     once by a fresh one."""
     for attempt in range(attempts):
-        robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, acc_1g=acc_1g)
+        robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, acc_1g=acc_1g, clock=fw.sim_time)
         try:
             robot.connect(timeout=5.0)
             provision(robot, setup)

@@ -27,6 +27,8 @@ class RobotState:
     position (3,) world FLU m; velocity (3,) world FLU m/s; quaternion (4,) w, x, y, z body -> world;
     angular_velocity (3,) body FLU rad/s. Fields the stack does not report are NaN.
     armed: whether the vehicle reports its motors armed. ``extra`` holds driver-specific values.
+    vehicle_time: s on the driver's ``clock`` when the measurement arrived, for a driver that has one (a lockstep
+    SITL's sim time: ``BetaflightRobot(clock=)``); None otherwise. The safety layer measures state ages on it.
     """
 
     timestamp: float
@@ -36,6 +38,7 @@ class RobotState:
     angular_velocity: np.ndarray = field(default_factory=lambda: np.full(3, np.nan))
     armed: bool = False
     extra: dict = field(default_factory=dict)
+    vehicle_time: float | None = None
 
 
 @dataclass

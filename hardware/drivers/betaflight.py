@@ -50,6 +50,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 import numpy as np
@@ -136,18 +137,21 @@ class BetaflightRobot:
         position_source: () -> (position (3,), velocity (3,)) world FLU, from mocap/VIO; None: NaN.
         read_motors: also poll MSP_MOTOR (in the same bundle): ``read_state().extra["motors"]`` is then the
             firmware's motor outputs (4,) in robo's order, (us - 1000) / 1000 in [0, 1], as old as the attitude.
+        clock: () -> s, the vehicle's clock: the host's (default), or a lockstep SITL's sim time
+            (``lambda: fw.time``), which stalls with a loaded host as the firmware does. States carry it as
+            ``vehicle_time``, and a ``SafetyLayer`` over this driver measures state ages and command gaps on it.
     """
 
     name = "betaflight"
 
     def __init__(self, address: str = "tcp://127.0.0.1:5761", rate_hz: float = 50.0, link_timeout: float = 0.5,
                  mapping: RcMapping = RcMapping(), msp_version: int = 1, acc_1g: float = 512.0,
-                 position_source=None, read_motors: bool = False):
+                 position_source=None, read_motors: bool = False, clock: Callable[[], float] = time.monotonic):
         if msp_version not in (1, 2):
             raise ValueError(f"msp_version must be 1 or 2, got {msp_version}")
         self.address, self.rate_hz, self.link_timeout = address, rate_hz, link_timeout
         self.mapping, self.msp_version, self.acc_1g = mapping, msp_version, acc_1g
-        self.position_source = position_source
+        self.position_source, self.clock = position_source, clock
         self.polled = POLLED + ((msp.MSP_MOTOR,) if read_motors else ())
         self._motors: np.ndarray | None = None
         self._waiters: dict[int, queue.Queue] = {}
@@ -162,6 +166,7 @@ class BetaflightRobot:
         self._attitude = self._gyro = self._acc = None
         self._flags = 0
         self._last_rx: float | None = None  # the last telemetry reply: the state's timestamp
+        self._last_rx_vehicle: float | None = None  # the same on ``clock``: the state's vehicle_time
         self._last_reply: float | None = None  # the last reply of any kind: the link's liveness
         self._lost: str | None = None
         self._arm_request = False
@@ -261,7 +266,7 @@ class BetaflightRobot:
         except ValueError:
             self.rejected["short_payload"] += 1
             return
-        self._last_rx = time.monotonic()
+        self._last_rx, self._last_rx_vehicle = time.monotonic(), self.clock()
         self.telemetry_replies += 1
 
     def _store(self, command: int, payload: bytes) -> None:
@@ -354,7 +359,8 @@ class BetaflightRobot:
                           angular_velocity=betaflight_gyro_to_flu(self._gyro), armed=bool(self._flags & 1),
                           extra={"acc_g": self._acc, "attitude_deg": self._attitude,
                                  "rejected": {**self.parser.rejected, **self.rejected},
-                                 "motors": None if self._motors is None else self._motors.copy()})
+                                 "motors": None if self._motors is None else self._motors.copy()},
+                          vehicle_time=self._last_rx_vehicle)
 
     def _set_rc(self, roll: float, pitch: float, yaw_rate: float, thrust: float) -> None:
         self._rc = attitude_to_rc(roll, pitch, yaw_rate, thrust, self._arm_request, self.mapping)

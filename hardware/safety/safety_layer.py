@@ -61,12 +61,13 @@ class SafetyEvent:
 class SafetyLayer:
     """Wraps a ``Robot``; use it wherever a ``Robot`` is expected (policies talk only to this)."""
 
-    def __init__(self, robot: Robot, config: SafetyConfig | None = None, clock: Callable[[], float] = time.monotonic):
-        """``clock`` () -> s: what the gaps between commands (``command_timeout``) are measured on: the host's
-        monotonic clock, or a simulator's clock when the vehicle runs on sim time (a lockstep SITL stalls with a
-        loaded host, and so does the loop commanding it). Everything else, events included, is on host time."""
+    def __init__(self, robot: Robot, config: SafetyConfig | None = None, clock: Callable[[], float] | None = None):
+        """``clock`` () -> s: what the gaps between commands (``command_timeout``) and the ages of states that carry
+        a ``vehicle_time`` (``max_state_age``) are measured on; default: the driver's ``clock`` where it has one
+        (a lockstep SITL's sim time: it stalls with a loaded host, and so does the loop commanding it), else the
+        host's monotonic clock. Everything else, events included, is on host time."""
         self.robot = robot
-        self.clock = clock
+        self.clock = clock if clock is not None else getattr(robot, "clock", time.monotonic)
         self.config = config or SafetyConfig()
         self.name = f"safe-{robot.name}"
         self._lo, self._hi = np.asarray(self.config.geofence_min), np.asarray(self.config.geofence_max)
@@ -189,9 +190,11 @@ class SafetyLayer:
     # Checks ------------------------------------------------------------------------------------------------
     def _state_problem(self, state: RobotState | None, now: float) -> tuple[str, str] | None:
         cfg = self.config
-        if state is None or now - state.timestamp > cfg.max_state_age:
-            age = "no state" if state is None else f"state is {now - state.timestamp:.3f} s old"
-            return "stale_state", f"{age} (max_state_age {cfg.max_state_age} s)"
+        if state is None:
+            return "stale_state", f"no state (max_state_age {cfg.max_state_age} s)"
+        age = now - state.timestamp if state.vehicle_time is None else self.clock() - state.vehicle_time
+        if age > cfg.max_state_age:
+            return "stale_state", f"state is {age:.3f} s old (max_state_age {cfg.max_state_age} s)"
         p, q, w = state.position, state.quaternion, state.angular_velocity
         if not (np.isfinite(p).all() and np.isfinite(q).all() and np.isfinite(w).all()):
             return "invalid_state", f"non-finite state p={p} q={q} w={w}"

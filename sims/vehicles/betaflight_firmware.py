@@ -415,6 +415,10 @@ class BetaflightFirmware:
             self._state = s[0].numpy().copy()
             self._specific_force = np.array([0.0, 0.0, GRAVITY])
 
+    def sim_time(self) -> float:
+        """s of sim time now: the clock the lockstep firmware runs on (a driver's and safety layer's ``clock``)."""
+        return self.time
+
     def mocap(self) -> tuple[np.ndarray, np.ndarray]:
         """(position (3,), velocity (3,)) world FLU: what a motion-capture system would report."""
         with self._lock:

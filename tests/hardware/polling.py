@@ -32,10 +32,11 @@ def start_firmware(timeout: float = 90.0, **kwargs):
 
 
 def connect_msp(fw, **kwargs):
-    """A ``BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)`` connected to the firmware ``fw``."""
+    """A ``BetaflightRobot(fw.msp_address, position_source=fw.mocap, clock=fw.sim_time, **kwargs)`` connected to the
+    firmware ``fw``: its states, and a safety layer over it, on the firmware's sim time."""
     from hardware.drivers.betaflight import BetaflightRobot
 
-    robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, **kwargs)
+    robot = BetaflightRobot(fw.msp_address, position_source=fw.mocap, **{"clock": fw.sim_time, **kwargs})
     robot.connect(timeout=5.0)
     return robot
 

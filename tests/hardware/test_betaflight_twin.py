@@ -63,8 +63,8 @@ def test_the_twin_identifies_the_mass_of_the_firmware_flown_quad(tmp_path):
     with closing(start_firmware(params=TRUTH, run_dir=tmp_path)) as fw:
         setup = SetupConfig(failsafe_delay=0.5, failsafe_procedure="DROP", rate_pid_scale=0.5)
         robot, _ = connect_provisioned(fw, setup, acc_1g=256, read_motors=True)
-        sim_clock = lambda: fw.snapshot()["time"]  # noqa: E731  ticks and command gaps on sim time
-        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2), clock=sim_clock)
+        sim_clock = fw.sim_time  # ticks, command gaps and state ages on sim time (the driver's clock)
+        safe = SafetyLayer(robot, SafetyConfig(command_timeout=0.2))
         try:
             wait_ready(robot, timeout=60.0)
             disable_runaway_takeoff(robot)

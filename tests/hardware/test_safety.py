@@ -113,6 +113,33 @@ def test_the_watchdog_measures_command_gaps_on_the_clock_it_is_given(robot):
         layer.close()
 
 
+class SimTimeRobot(FakeRobot):
+    """A vehicle on sim time: its driver stamps each state with the sim clock ``clock`` (``vehicle_time``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sim_t, self.stamped = 0.0, 0.0
+        self.clock = lambda: self.sim_t
+
+    def read_state(self):
+        s = super().read_state()
+        return RobotState(self.frozen_at, s.position, s.velocity, s.quaternion, s.angular_velocity, s.armed,
+                          vehicle_time=self.stamped)
+
+
+def test_state_ages_are_measured_on_the_drivers_clock():
+    """A lockstep SITL's state stamped at sim time t is 0 s old while sim time stands at t, however long the
+    host stalled; once sim time moves on without a new state, arming is refused as on the host clock."""
+    robot = SimTimeRobot()
+    robot.frozen_at = time.monotonic() - 5.0  # a host stall: 5 s of host time since the state arrived
+    layer = SafetyLayer(robot, SafetyConfig(max_state_age=0.25))
+    assert layer.clock() == 0.0  # the driver's clock by default
+    assert layer.arming_problem() is None
+    robot.sim_t = 0.3
+    assert layer.arming_problem() == "state is 0.300 s old (max_state_age 0.25 s)"
+    layer.close()
+
+
 def test_watchdog_on_silence_motors_off_within_100ms(robot):
     reactions = []
     for _ in range(10):
