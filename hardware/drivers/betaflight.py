@@ -121,6 +121,7 @@ def open_link(address: str, timeout: float):
 
 ARM_SWITCH_CHECK_S = 0.5  # arm(): s without the ARM flag before it looks for a latched ARM_SWITCH
 ARM_SWITCH_OFF_S = 0.2  # arm(): s the switch stays off to clear it (a few RC frames)
+HOST_WAIT_S = 30.0  # request() / arm() timeouts run on the driver's clock; a clock that stops is given up after this
 DISARM_CONFIRM_S = 1.0  # close(): s to wait for the flight controller to report the disarm
 
 
@@ -139,7 +140,8 @@ class BetaflightRobot:
             firmware's motor outputs (4,) in robo's order, (us - 1000) / 1000 in [0, 1], as old as the attitude.
         clock: () -> s, the vehicle's clock: the host's (default), or a lockstep SITL's sim time
             (``lambda: fw.time``), which stalls with a loaded host as the firmware does. States carry it as
-            ``vehicle_time``, and a ``SafetyLayer`` over this driver measures state ages and command gaps on it.
+            ``vehicle_time``, and a ``SafetyLayer`` over this driver measures state ages and command gaps on it;
+            ``request`` and ``arm`` timeouts run on it too (and end after ``HOST_WAIT_S`` s of host time).
     """
 
     name = "betaflight"
@@ -313,7 +315,7 @@ class BetaflightRobot:
                 with self._write_lock:
                     self._link.write(frame)
                 try:
-                    reply = box.get(timeout=timeout)
+                    reply = self._get(box, timeout)
                     break
                 except queue.Empty:
                     continue
@@ -328,6 +330,18 @@ class BetaflightRobot:
             raise RobotError(f"the flight controller refused MSP command {command} (payload {payload.hex()}); "
                              "check that the firmware supports it and that it is disarmed")
         return reply.payload
+
+    def _get(self, box: queue.Queue, timeout: float):
+        """The next item of ``box`` within ``timeout`` s of the driver's ``clock`` (a lockstep SITL's sim time stands
+        still while a loaded host stalls it); a vehicle whose clock stops altogether is given up after
+        ``HOST_WAIT_S`` s of host time. Raises ``queue.Empty``."""
+        start, host_end = self.clock(), time.monotonic() + max(HOST_WAIT_S, timeout)
+        while True:
+            try:
+                return box.get(timeout=min(timeout, 0.05))
+            except queue.Empty:
+                if self.clock() - start >= timeout or time.monotonic() >= host_end:
+                    raise
 
     def status_ex(self, timeout: float = 1.0) -> msp.StatusEx:
         """MSP_STATUS_EX now: cycle time, arming-disable flags (``betaflight_setup.arming_disable_names``)."""
@@ -372,11 +386,12 @@ class BetaflightRobot:
         holds it back after ``ARM_SWITCH_CHECK_S``, the switch goes off for ``ARM_SWITCH_OFF_S`` and on again,
         as a pilot would flip it. ``RobotError`` naming the arming-disable flags if not armed in ``timeout`` s."""
         self._check_link()
-        deadline = time.monotonic() + timeout
+        start, host_end = self.clock(), time.monotonic() + max(HOST_WAIT_S, timeout)  # as ``_get`` waits
+        left = lambda: min(timeout - (self.clock() - start), host_end - time.monotonic())  # noqa: E731
         self._arm_request = True
         self._set_rc(0.0, 0.0, 0.0, 0.0)
-        while not wait_until(lambda: self._flags & 1, min(ARM_SWITCH_CHECK_S, max(deadline - time.monotonic(), 0))):
-            if time.monotonic() >= deadline:
+        while not wait_until(lambda: self._flags & 1, min(ARM_SWITCH_CHECK_S, max(left(), 0))):
+            if left() <= 0:
                 flags = self._arming_disable_report()
                 self.disarm()
                 raise RobotError(f"Betaflight did not arm within {timeout} s: {flags}; see the CLI 'status' "

@@ -3,6 +3,7 @@
 import ctypes
 import math
 import struct
+import threading
 import time
 
 import numpy as np
@@ -204,6 +205,30 @@ def test_link_loss_raises(fc):
     time.sleep(0.5)
     with pytest.raises(RobotError, match="link lost"):
         robot.read_state()
+
+
+def test_request_timeouts_run_on_the_drivers_clock():
+    """A lockstep SITL's sim time stands still while the host stalls it: an unanswered request times out after
+    ``timeout`` s of that clock, not of host time."""
+    server = BetaflightMSPServer(acc_1g=512.0).start()
+    sim = {"t": 0.0}
+    robot = BetaflightRobot(server.address, clock=lambda: sim["t"])
+    try:
+        robot.connect(timeout=3.0)
+        assert robot.read_state().vehicle_time == 0.0
+        server.silent = True
+        outcome: list = []
+        waiter = threading.Thread(target=lambda: outcome.append(
+            pytest.raises(RobotError, robot.request, msp.MSP_STATUS_EX, timeout=0.1, attempts=1)))
+        waiter.start()
+        time.sleep(0.4)  # four timeouts of host time, none of sim time
+        assert waiter.is_alive() and not outcome
+        sim["t"] = 0.2
+        waiter.join(timeout=2.0)
+        assert not waiter.is_alive() and "within 0.1 s, 1 times" in str(outcome[0].value)
+    finally:
+        robot.close()
+        server.close()
 
 
 def test_connect_refused_is_a_clear_error():
