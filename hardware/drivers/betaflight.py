@@ -139,7 +139,7 @@ class BetaflightRobot:
         read_motors: also poll MSP_MOTOR (in the same bundle): ``read_state().extra["motors"]`` is then the
             firmware's motor outputs (4,) in robo's order, (us - 1000) / 1000 in [0, 1], as old as the attitude.
         clock: () -> s, the vehicle's clock: the host's (default), or a lockstep SITL's sim time
-            (``lambda: fw.time``), which stalls with a loaded host as the firmware does. States carry it as
+            (``BetaflightFirmware.sim_time``), which stalls with a loaded host as the firmware does. States carry it as
             ``vehicle_time``, and a ``SafetyLayer`` over this driver measures state ages and command gaps on it;
             ``request`` and ``arm`` timeouts run on it too (and end after ``HOST_WAIT_S`` s of host time).
     """
@@ -331,16 +331,21 @@ class BetaflightRobot:
                              "check that the firmware supports it and that it is disarmed")
         return reply.payload
 
-    def _get(self, box: queue.Queue, timeout: float):
-        """The next item of ``box`` within ``timeout`` s of the driver's ``clock`` (a lockstep SITL's sim time stands
-        still while a loaded host stalls it); a vehicle whose clock stops altogether is given up after
-        ``HOST_WAIT_S`` s of host time. Raises ``queue.Empty``."""
+    def _time_left(self, timeout: float):
+        """() -> s left of ``timeout`` s of the driver's ``clock`` (a lockstep SITL's sim time stands still while a
+        loaded host stalls it), and of ``max(HOST_WAIT_S, timeout)`` s of host time (a vehicle whose clock stops
+        altogether), whichever ends first: what ``request`` and ``arm`` wait on."""
         start, host_end = self.clock(), time.monotonic() + max(HOST_WAIT_S, timeout)
+        return lambda: min(timeout - (self.clock() - start), host_end - time.monotonic())
+
+    def _get(self, box: queue.Queue, timeout: float):
+        """The next item of ``box`` within ``_time_left(timeout)``; raises ``queue.Empty``."""
+        left = self._time_left(timeout)
         while True:
             try:
                 return box.get(timeout=min(timeout, 0.05))
             except queue.Empty:
-                if self.clock() - start >= timeout or time.monotonic() >= host_end:
+                if left() <= 0:
                     raise
 
     def status_ex(self, timeout: float = 1.0) -> msp.StatusEx:
@@ -386,8 +391,7 @@ class BetaflightRobot:
         holds it back after ``ARM_SWITCH_CHECK_S``, the switch goes off for ``ARM_SWITCH_OFF_S`` and on again,
         as a pilot would flip it. ``RobotError`` naming the arming-disable flags if not armed in ``timeout`` s."""
         self._check_link()
-        start, host_end = self.clock(), time.monotonic() + max(HOST_WAIT_S, timeout)  # as ``_get`` waits
-        left = lambda: min(timeout - (self.clock() - start), host_end - time.monotonic())  # noqa: E731
+        left = self._time_left(timeout)
         self._arm_request = True
         self._set_rc(0.0, 0.0, 0.0, 0.0)
         while not wait_until(lambda: self._flags & 1, min(ARM_SWITCH_CHECK_S, max(left(), 0))):

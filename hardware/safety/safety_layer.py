@@ -62,10 +62,11 @@ class SafetyLayer:
     """Wraps a ``Robot``; use it wherever a ``Robot`` is expected (policies talk only to this)."""
 
     def __init__(self, robot: Robot, config: SafetyConfig | None = None, clock: Callable[[], float] | None = None):
-        """``clock`` () -> s: what the gaps between commands (``command_timeout``) and the ages of states that carry
-        a ``vehicle_time`` (``max_state_age``) are measured on; default: the driver's ``clock`` where it has one
-        (a lockstep SITL's sim time: it stalls with a loaded host, and so does the loop commanding it), else the
-        host's monotonic clock. Everything else, events included, is on host time."""
+        """``clock`` () -> s: what the gaps between commands (``command_timeout``) are measured on; default: the
+        driver's ``clock`` where it has one (a lockstep SITL's sim time: it stalls with a loaded host, and so does
+        the loop commanding it), else the host's monotonic clock. A state that carries a ``vehicle_time`` is aged
+        on the driver's clock, which stamped it (``max_state_age``); everything else, events included, is on
+        host time."""
         self.robot = robot
         self.clock = clock if clock is not None else getattr(robot, "clock", time.monotonic)
         self.config = config or SafetyConfig()
@@ -192,7 +193,7 @@ class SafetyLayer:
         cfg = self.config
         if state is None:
             return "stale_state", f"no state (max_state_age {cfg.max_state_age} s)"
-        age = now - state.timestamp if state.vehicle_time is None else self.clock() - state.vehicle_time
+        age = now - state.timestamp if state.vehicle_time is None else self.robot.clock() - state.vehicle_time
         if age > cfg.max_state_age:
             return "stale_state", f"state is {age:.3f} s old (max_state_age {cfg.max_state_age} s)"
         p, q, w = state.position, state.quaternion, state.angular_velocity
