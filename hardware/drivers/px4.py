@@ -19,10 +19,18 @@ Malformed frames (bad CRC, garbage bytes) come out of pymavlink's robust parser 
 are counted; telemetry whose ``time_boot_ms`` is not newer than the newest of its type is
 counted as stale and dropped (unless it is more than ``reboot_gap_ms`` older: a rebooted vehicle,
 counted in ``reboots`` and accepted). Nothing received ever raises in the receiver thread.
+
+Signing (MAVLink 2 message signing, ``hardware.drivers.mavlink_signing``): with a key (``signing_key``,
+``PX4Config.signing_key_file`` or ``$ROBO_MAVLINK_KEY``) every message robo sends is signed (link id
+``signing_link_id``, timestamps from the wall clock) and every received message must carry a valid
+signature with a timestamp newer than the last of its stream: unsigned ones are counted in
+``stats["unsigned"]``, wrongly signed or replayed ones in ``stats["bad_signature"]`` (both in
+``rejected_messages``), each kind logged once. The vehicle must hold the same key (see the hardware guide).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -31,12 +39,15 @@ import numpy as np
 from . import frames
 from .base import AttitudeThrustCommand, Command, MotorCommand, RobotError, RobotState
 from .extras import require
+from . import mavlink_signing as signing
 from .threads import join_loops, start_loops
 from .px4_protocol import (FORCE_DISARM, PX4_MAIN_MODE_OFFBOARD, TELEMETRY, PX4Config, attitude_message,
-                           check_command, motor_message, px4_main_mode)
+                           check_command, listens_everywhere, motor_message, px4_main_mode)
 
 mavutil = require("pymavlink.mavutil")
 mavlink = require("pymavlink.dialects.v20.common")
+log = logging.getLogger(__name__)
+REJECTIONS = ("malformed", "stale", "unknown", "ignored_system", "unsigned", "bad_signature")
 
 
 class PX4Robot:
@@ -44,13 +55,19 @@ class PX4Robot:
 
     ``stats`` counts received messages and rejected ones (``malformed``: BAD_DATA frames or bytes
     pymavlink could not frame, ``stale``: out-of-order telemetry, ``unknown``: message ids outside
-    the common dialect, ``ignored_system``: other systems). ``local_port``: our bound UDP port.
+    the common dialect, ``ignored_system``: other systems; with a signing key ``unsigned`` and
+    ``bad_signature``); ``last_rejection`` says in one line why the newest rejected bytes were
+    refused. ``local_port``: our bound UDP port. ``signing_key``: 32 bytes that override the config's
+    key file and ``$ROBO_MAVLINK_KEY`` (kept out of the config, which runs save).
     """
 
     name = "px4"
 
-    def __init__(self, config: PX4Config | None = None, **overrides):
+    def __init__(self, config: PX4Config | None = None, *, signing_key: bytes | None = None, **overrides):
         self.config = config or PX4Config(**overrides)
+        self._key = signing.resolve_key(signing_key, self.config.signing_key_file)
+        self._rx_signing = signing.incoming_signing(self._key) if self._key else None
+        self._tx_timestamp = 0  # newest signing timestamp sent: a reconnect goes on after it
         self._link = None
         self._tx = self._rx = None
         self._tx_lock = threading.Lock()
@@ -66,7 +83,20 @@ class PX4Robot:
         self._heartbeat: tuple | None = None  # (armed, main_mode, time)
         self._confirmation = 0
         self.stats = {"received": 0, "malformed": 0, "malformed_bytes": 0, "stale": 0, "unknown": 0,
-                      "ignored_system": 0, "reboots": 0}
+                      "ignored_system": 0, "unsigned": 0, "bad_signature": 0, "reboots": 0}
+        self.last_rejection: str | None = None
+        self._logged: set[str] = set()
+        self._rx = self._new_parser()
+
+    @property
+    def signed(self) -> bool:
+        """True if robo signs what it sends and accepts only signed messages."""
+        return self._key is not None
+
+    @property
+    def rejected_messages(self) -> int:
+        """Received messages dropped for their signature (unsigned, wrong key, replayed)."""
+        return self.stats["unsigned"] + self.stats["bad_signature"]
 
     # Link ----------------------------------------------------------------------------------------------
     def connect(self, timeout: float = 5.0) -> None:
@@ -80,10 +110,17 @@ class PX4Robot:
             raise RobotError(f"cannot open {cfg.connection!r}: {e}; for serial links pip install pyserial") from e
         except Exception as e:
             raise RobotError(f"cannot open MAVLink link {cfg.connection!r}: {e}") from e
+        if listens_everywhere(cfg.connection):
+            log.warning("PX4 link %s listens on every interface and accepts MAVLink from any sender there; %s",
+                        cfg.connection, "unsigned and wrongly signed messages are dropped" if self.signed else
+                        "bind one address (udpin:127.0.0.1:14540 for SITL) and set a signing key")
         self._state = self._att = self._pos = self._heartbeat = None  # nothing from an earlier connection
         self._newest_boot_ms.clear()
         self._tx = mavlink.MAVLink(self._link, cfg.system_id, cfg.component_id)
         self._tx.WIRE_PROTOCOL_VERSION = "2.0"
+        if self._key:
+            signing.sign_outgoing(self._tx, self._key, cfg.signing_link_id,
+                                  max(signing.now_timestamp(), self._tx_timestamp + 1))
         self._rx = self._new_parser()
         self._stop.clear()
         self._threads = start_loops("px4", (self._receive_loop, self._heartbeat_loop))
@@ -91,7 +128,8 @@ class PX4Robot:
         if not self._wait(lambda: self._heartbeat is not None, deadline):
             self.close()
             raise RobotError(f"no HEARTBEAT from system {cfg.target_system} at {cfg.connection} within {timeout} s; "
-                             "check the address/port, that PX4 streams MAVLink there, and the target_system id")
+                             + self._signing_hint() + "check the address/port, that PX4 streams MAVLink there, "
+                             "and the target_system id")
         if not self._wait(lambda: self._att is not None and self._pos is not None, deadline):
             self.close()
             raise RobotError(f"PX4 at {cfg.connection} sends heartbeats but no ATTITUDE(_QUATERNION) and "
@@ -115,6 +153,17 @@ class PX4Robot:
         join_loops(self._threads)
         self._link.close()
         self._link = None
+        if self._key:
+            self._tx_timestamp = self._tx.signing.timestamp
+
+    def _signing_hint(self) -> str:
+        if self.stats["unsigned"]:
+            return (f"dropped {self.stats['unsigned']} unsigned messages (robo has a signing key: provision the same "
+                    "key on the vehicle, or unset it); ")
+        if self.stats["bad_signature"]:
+            return (f"dropped {self.stats['bad_signature']} messages signed with another key or replayed: "
+                    "check that robo and the vehicle hold the same key and the clocks are right; ")
+        return ""
 
     def __enter__(self):
         return self
@@ -173,9 +222,12 @@ class PX4Robot:
                 result = self._acks[command]
                 if result == mavlink.MAV_RESULT_ACCEPTED:
                     return
-                raise RobotError(f"PX4 refused {name}{tuple(p[:2])}: {mavlink.enums['MAV_RESULT'][result].name}; "
+                entry = mavlink.enums["MAV_RESULT"].get(result)
+                raise RobotError(f"PX4 refused {name}{tuple(p[:2])}: {entry.name if entry else f'result {result}'}; "
                                  "check the vehicle's pre-arm/mode messages (e.g. in QGroundControl)")
-        raise RobotError(f"no COMMAND_ACK for {name} from {cfg.connection} after {tries or cfg.command_tries} tries")
+        hint = self._signing_hint().rstrip("; ")
+        raise RobotError(f"no COMMAND_ACK for {name} from {cfg.connection} after {tries or cfg.command_tries} tries"
+                         + (f"; {hint}" if hint else ""))
 
     # Commands and state ---------------------------------------------------------------------------------
     def send(self, command: Command) -> None:
@@ -209,6 +261,8 @@ class PX4Robot:
     def _new_parser(self) -> mavlink.MAVLink:
         rx = mavlink.MAVLink(None)
         rx.robust_parsing = True
+        if self._rx_signing is not None:  # one signing state for every parser: replay protection survives a reset
+            signing.verify_signatures(rx, self._rx_signing)
         return rx
 
     def _heartbeat_loop(self) -> None:
@@ -241,33 +295,51 @@ class PX4Robot:
         frame left at its end is garbage and the parser starts afresh."""
         try:
             msgs = self._rx.parse_buffer(data) or []
-        except Exception:  # pymavlink raises on some corrupt headers even in robust mode
+        except Exception as e:  # pymavlink raises on some corrupt headers even in robust mode
             msgs = []
-            self.stats["malformed"] += 1
-            self.stats["malformed_bytes"] += len(data)
+            self._malformed(len(data), f"{type(e).__name__}: {e}")
             self._rx = self._new_parser()
         if datagram and self._rx.buf_len() > 0:
-            self.stats["malformed"] += 1
-            self.stats["malformed_bytes"] += self._rx.buf_len()
+            self._malformed(self._rx.buf_len(), f"{self._rx.buf_len()} bytes of an incomplete frame")
             self._rx = self._new_parser()
         telemetry = False
         for msg in msgs:
             telemetry |= self._handle_message(msg)
+        if self._key and msgs:  # send after the newest timestamp accepted, as the signing spec asks
+            with self._tx_lock:
+                if self._tx is not None:
+                    self._tx.signing.timestamp = max(self._tx.signing.timestamp, self._rx_signing.timestamp)
         if telemetry and self._att is not None:
             self._publish_state()
+
+    def _reject(self, kind: str, why: str) -> bool:
+        """Count a refused message; log the first of each signature kind. Returns False (not telemetry)."""
+        self.stats[kind] += 1
+        self.last_rejection = f"{kind}: {why}".replace("\n", " ")
+        if kind in ("unsigned", "bad_signature") and kind not in self._logged:
+            self._logged.add(kind)
+            log.warning("PX4 link %s: dropped %s (further ones are counted in stats[%r])",
+                        self.config.connection, why, kind)
+        return False
+
+    def _malformed(self, n_bytes: int, why: str) -> bool:
+        self.stats["malformed_bytes"] += n_bytes
+        return self._reject("malformed", why)
 
     def _handle_message(self, msg) -> bool:
         kind = msg.get_type()
         if kind == "BAD_DATA":
-            self.stats["malformed"] += 1
-            self.stats["malformed_bytes"] += len(msg.data)
-            return False
-        if kind.startswith("UNKNOWN"):  # an id outside the common dialect: no CRC check was possible
-            self.stats["unknown"] += 1
-            return False
+            refused = signing.rejection_kind(msg)
+            if refused is None:
+                return self._malformed(len(msg.data), str(msg.reason))
+            src = signing.frame_source(msg.data) or ("?", "?")
+            what = "an unsigned" if refused == "unsigned" else "a wrongly signed or replayed"
+            return self._reject(refused, f"{what} message (id {src[1]}) from system {src[0]}")
+        if kind.startswith("UNKNOWN"):  # an id outside the common dialect: no CRC (nor signature) check was possible
+            return self._reject("unknown", f"{kind}: a message id outside the common dialect")
         if msg.get_srcSystem() != self.config.target_system:
-            self.stats["ignored_system"] += 1
-            return False
+            return self._reject("ignored_system", f"{kind} from system {msg.get_srcSystem()}, "
+                                                  f"not target_system {self.config.target_system}")
         self.stats["received"] += 1
         if kind in TELEMETRY:
             newest = self._newest_boot_ms.get(kind, -1)
@@ -275,8 +347,7 @@ class PX4Robot:
                 self.stats["reboots"] += 1
                 self._newest_boot_ms.clear()
             elif msg.time_boot_ms <= newest:
-                self.stats["stale"] += 1
-                return False
+                return self._reject("stale", f"{kind} time_boot_ms {msg.time_boot_ms} <= newest {newest}")
             self._newest_boot_ms[kind] = msg.time_boot_ms
             rates = None if kind == "LOCAL_POSITION_NED" else frames.frd_to_flu(
                 [msg.rollspeed, msg.pitchspeed, msg.yawspeed])

@@ -35,12 +35,18 @@ def px4_main_mode(custom_mode: int) -> int:
 class PX4Config:
     """Link and protocol settings of ``PX4Robot``.
 
-    ``connection`` is a pymavlink address: ``udpin:0.0.0.0:14540`` (listen where PX4 SITL / a
-    companion link sends), ``udpout:HOST:PORT``, or a serial device ``/dev/ttyACM0`` with ``baud``.
+    ``connection`` is a pymavlink address: ``udpin:127.0.0.1:14540`` (listen on loopback, where PX4
+    SITL sends), ``udpin:ADDR:14540`` with ADDR the one interface a companion link arrives on,
+    ``udpout:HOST:PORT``, or a serial device ``/dev/ttyACM0`` with ``baud``. A listen on 0.0.0.0
+    takes MAVLink from any sender on every interface (logged as a warning): sign the link.
     ``control`` is the setpoint kind streamed before the offboard switch: ``motors`` | ``attitude``.
+    ``signing_key_file``: a file with the MAVLink 2 signing key shared with the vehicle (see
+    ``hardware.drivers.mavlink_signing``; the config names the file, never holds the key); unset, the
+    key may come from ``$ROBO_MAVLINK_KEY``; with no key the link is unsigned. ``signing_link_id``:
+    the link id robo signs with.
     """
 
-    connection: str = "udpin:0.0.0.0:14540"
+    connection: str = "udpin:127.0.0.1:14540"
     baud: int = 921600
     system_id: int = 255  # ours (a GCS)
     component_id: int = mavlink.MAV_COMP_ID_MISSIONPLANNER
@@ -53,12 +59,23 @@ class PX4Config:
     command_tries: int = 3
     offboard_stream_s: float = 0.3  # s of setpoints before the switch (PX4 requires > 2 Hz first)
     reboot_gap_ms: int = 10000  # telemetry this much older than the newest means PX4 rebooted (accepted)
+    signing_key_file: str | None = None
+    signing_link_id: int = 0
 
     def __post_init__(self) -> None:
         if self.control not in ("motors", "attitude"):
             raise ValueError(f"control must be 'motors' or 'attitude', got {self.control!r}")
         if self.heartbeat_hz < 1.0:
             raise ValueError(f"heartbeat_hz must be >= 1 (PX4 drops a GCS after ~1.5 s), got {self.heartbeat_hz}")
+        if not 0 <= int(self.signing_link_id) <= 255:
+            raise ValueError(f"signing_link_id must be in 0..255, got {self.signing_link_id}")
+
+
+def listens_everywhere(connection: str) -> bool:
+    """True for a pymavlink address that binds all interfaces (``udpin:0.0.0.0:P``, ``udp:``, ``tcpin:``)."""
+    kind, _, rest = connection.partition(":")
+    host = rest.rsplit(":", 1)[0] if ":" in rest else ""
+    return kind in ("udpin", "udp", "tcpin") and host in ("0.0.0.0", "", "::", "[::]")
 
 
 def motor_message(mav: mavlink.MAVLink, cmd: MotorCommand, time_usec: int, cfg: PX4Config):

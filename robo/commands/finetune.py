@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 IDENTIFIED = "identified_robot.json"  # the twin's calibrated robot (preset, mass, thrust curve), kept for resumes
 # what resume=<run> may change: how long, how the robot is reached and reset, how many evaluation episodes
 RESUMABLE_CHANGES = {"total_steps", "threads", "eval_episodes", "reset", "reset_steps", "real_robot.connection",
-                     "device"}
+                     "real_robot.signing_key_file", "device"}
 rewrite_overrides = with_run_groups  # resume=<run>: compose with the run's own config groups
 
 
@@ -46,7 +46,9 @@ def open_robot(c: dict):
     if c.get("driver") != "px4":
         raise ValueError(f"real_robot.driver={c.get('driver')!r}; choose px4 or betaflight_sitl")
     if c.get("connection"):
-        robot = SafetyLayer(PX4Robot(connection=c["connection"]), SafetyConfig.from_dict(c.get("safety") or {}))
+        # the key comes from a file the config names, or $ROBO_MAVLINK_KEY: never from the (saved) config itself
+        driver = PX4Robot(connection=c["connection"], signing_key_file=c.get("signing_key_file"))
+        robot = SafetyLayer(driver, SafetyConfig.from_dict(c.get("safety") or {}))
         robot.connect(10.0)
         try:
             yield robot, HumanPrompt()

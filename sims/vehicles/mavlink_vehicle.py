@@ -16,7 +16,15 @@ Modes:
 * real time: a background thread steps the simulation at 1 / dt with the newest motor command.
 
 While disarmed the vehicle is held at its initial state (on a test stand) and its clock runs
-in real time. The NED conversion here is written independently of robo's driver on purpose:
+in real time.
+
+Signing (``signing_key``, 32 bytes): as PX4 with a key on its SD card, the vehicle signs everything
+it sends and drops incoming messages that are unsigned (except PX4's unsigned allowlist: HEARTBEAT,
+RADIO_STATUS, ADSB_VEHICLE, COLLISION) or wrongly signed / replayed, counting them in ``rejected``;
+replies go only to a peer that has sent a correctly signed message. Non-finite setpoints and
+command parameters are refused (counted in ``refused``), as a flight stack would.
+
+The NED conversion here is written independently of robo's driver on purpose:
 the two sides of the link check each other.
 """
 
@@ -37,6 +45,8 @@ from sims.quadrotor.batched import BatchedQuadrotorSim
 from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, VEL, ParamsBatch, hover_state
 from sims.quadrotor.rotations import quat_mul, quat_to_rotmat
 
+from hardware.drivers.mavlink_signing import verify_signatures
+
 from .attitude_controller import AttitudeGains, attitude_motor_commands
 from .extras import require
 from .loops import BackgroundLoops
@@ -44,6 +54,7 @@ from .loops import BackgroundLoops
 mavlink = require("pymavlink.dialects.v20.common")
 
 OFFBOARD, POSCTL = 6, 3  # PX4 main modes
+UNSIGNED_ALLOWED = (0, 109, 246, 247)  # PX4 accepts these unsigned: HEARTBEAT, RADIO_STATUS, ADSB_VEHICLE, COLLISION
 ROBO_FROM_PX4 = (0, 3, 1, 2)  # robo motor j (FR, BR, BL, FL) is PX4 output ROBO_FROM_PX4[j]
 _Q_X_PI = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64)  # rotation by pi about x: NWU <-> NED
 
@@ -96,10 +107,14 @@ class VehicleConfig:
     attitude_gains: AttitudeGains = field(default_factory=AttitudeGains)
     received_log: int = 10000  # decoded messages kept in ``received``
     sensors: SensorConfig = field(default_factory=SensorConfig)
+    signing_key: bytes | None = field(default=None, repr=False)  # MAVLink 2 signing key (32 bytes); None: unsigned
+    signing_link_id: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.sensors, dict):
             self.sensors = SensorConfig(**self.sensors)
+        if self.signing_key is not None and (len(self.signing_key) != 32 or not any(self.signing_key)):
+            raise ValueError(f"signing_key must be 32 bytes, not all zero; got {len(self.signing_key)} bytes")
 
 
 def _to_ned(v: torch.Tensor) -> np.ndarray:
@@ -110,6 +125,16 @@ def _to_ned(v: torch.Tensor) -> np.ndarray:
 def _flip_quat(q: torch.Tensor) -> torch.Tensor:
     """Attitude FLU/NWU <-> FRD/NED (conjugation by the rotation by pi about x; self-inverse)."""
     return quat_mul(quat_mul(_Q_X_PI, q), _Q_X_PI * torch.tensor([1.0, -1, -1, -1], dtype=torch.float64))
+
+
+def _finite(msg) -> bool:
+    """True if every float field of ``msg`` (arrays included) is finite."""
+    for name in msg.get_fieldnames():
+        v = getattr(msg, name)
+        for x in (v if isinstance(v, list) else [v]):
+            if isinstance(x, float) and not math.isfinite(x):
+                return False
+    return True
 
 
 def _euler_zyx(q: torch.Tensor) -> tuple[float, float, float]:
@@ -140,6 +165,8 @@ class MavlinkVehicle:
         self.received: list = []  # decoded messages (pymavlink objects), newest last
         self.received_at: list[float] = []  # time.monotonic() of each, same order
         self.bad_data = 0
+        self.rejected = {"unsigned": 0, "bad_signature": 0}  # dropped for their signature (with a signing_key)
+        self.refused = 0  # decoded, but non-finite setpoints or command parameters
         self._last_setpoint = -math.inf
         self._lock = threading.RLock()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -147,6 +174,15 @@ class MavlinkVehicle:
         self._sock.settimeout(0.05)
         self._peer = cfg.remote
         self._mav = mavlink.MAVLink(None, cfg.system_id, cfg.component_id)  # packs what we send
+        self._rx_signing = None
+        if cfg.signing_key is not None:
+            epoch_offset = 1420070400  # signing timestamps: 10 us units since 2015-01-01 UTC
+            now = int((time.time() - epoch_offset) * 100_000)
+            self._mav.signing.secret_key, self._mav.signing.link_id = bytes(cfg.signing_key), cfg.signing_link_id
+            self._mav.signing.timestamp, self._mav.signing.sign_outgoing = now, True
+            self._rx_signing = mavlink.MAVLinkSigning()
+            self._rx_signing.secret_key, self._rx_signing.timestamp = bytes(cfg.signing_key), now
+            self._rx_signing.allow_unsigned_callback = lambda mav, msg_id: msg_id in UNSIGNED_ALLOWED
         self._rx = self._new_parser()
         self._loops = BackgroundLoops("MavlinkVehicle")
         self._noise = np.random.default_rng(cfg.sensors.seed)
@@ -279,24 +315,44 @@ class MavlinkVehicle:
                 data, addr = self._sock.recvfrom(65535)
             except (socket.timeout, OSError):
                 continue
-            if self.config.remote is None:
-                first, self._peer = self._peer is None, addr
-                if first:
-                    self._send(self._heartbeat())  # answer a new peer at once
-            with self._lock:
-                try:
-                    msgs = self._rx.parse_buffer(data) or []
-                except Exception:
-                    msgs, self.bad_data, self._rx = [], self.bad_data + 1, self._new_parser()
-                if self._rx.buf_len() > 0:  # a datagram holds whole frames: the rest is garbage
-                    self.bad_data, self._rx = self.bad_data + 1, self._new_parser()
-                for msg in msgs:
-                    self._handle(msg)
+            self.handle_datagram(data, addr)
 
-    @staticmethod
-    def _new_parser() -> mavlink.MAVLink:
+    def handle_datagram(self, data: bytes, addr: tuple[str, int]) -> list:
+        """Parse and act on one received datagram from ``addr``; never raises. Returns the messages accepted."""
+        with self._lock:
+            try:
+                msgs = self._rx.parse_buffer(data) or []
+            except Exception:
+                msgs, self.bad_data, self._rx = [], self.bad_data + 1, self._new_parser()
+            if self._rx.buf_len() > 0:  # a datagram holds whole frames: the rest is garbage
+                self.bad_data, self._rx = self.bad_data + 1, self._new_parser()
+            accepted = [m for m in msgs if self._accept(m)]
+        if self.config.remote is None and accepted and (self._rx_signing is None
+                                                        or any(m.get_signed() for m in accepted)):
+            first, self._peer = self._peer is None, addr
+            if first:
+                self._send(self._heartbeat())  # answer a new peer at once
+        with self._lock:
+            for msg in accepted:
+                self._handle(msg)
+        return accepted
+
+    def _accept(self, msg) -> bool:
+        kind = msg.get_type()
+        if kind == "BAD_DATA" and msg.reason == "Invalid signature":
+            signed = len(msg.data) > 2 and msg.data[0] == 0xFD and msg.data[2] & mavlink.MAVLINK_IFLAG_SIGNED
+            self.rejected["bad_signature" if signed else "unsigned"] += 1
+            return False
+        if kind == "BAD_DATA" or kind.startswith("UNKNOWN"):
+            self.bad_data += 1
+            return False
+        return True
+
+    def _new_parser(self) -> mavlink.MAVLink:
         rx = mavlink.MAVLink(None)
         rx.robust_parsing = True
+        if self._rx_signing is not None:  # the replay state outlives a parser reset
+            verify_signatures(rx, self._rx_signing)
         return rx
 
     def _tick_loop(self) -> None:
@@ -321,12 +377,14 @@ class MavlinkVehicle:
 
     def _handle(self, msg) -> None:
         kind = msg.get_type()
-        if kind == "BAD_DATA" or kind.startswith("UNKNOWN"):
-            self.bad_data += 1
-            return
         self.received.append(msg)
         self.received_at.append(time.monotonic())
         del self.received[:-self.config.received_log], self.received_at[:-self.config.received_log]
+        if kind in ("SET_ACTUATOR_CONTROL_TARGET", "SET_ATTITUDE_TARGET", "COMMAND_LONG") and not _finite(msg):
+            self.refused += 1  # a NaN/inf setpoint or parameter: ignored, as PX4 ignores invalid setpoints
+            if kind == "COMMAND_LONG":
+                self._send(self._mav.command_ack_encode(msg.command, mavlink.MAV_RESULT_DENIED))
+            return
         if kind == "SET_ACTUATOR_CONTROL_TARGET":
             self._last_setpoint = time.monotonic()
             self.motors = np.clip(np.asarray(msg.controls[:4], dtype=np.float64)[list(ROBO_FROM_PX4)], 0.0, 1.0)
@@ -369,8 +427,10 @@ class MavlinkVehicle:
                     self.motors, self.attitude_setpoint = np.zeros(4), None
                 result = mavlink.MAV_RESULT_ACCEPTED
         elif msg.command == mavlink.MAV_CMD_DO_SET_MODE:
-            main = int(msg.param2)
-            if main == OFFBOARD and time.monotonic() - self._last_setpoint > self.config.offboard_setpoint_timeout:
+            main = int(msg.param2) if msg.param2 == int(msg.param2) and 0 <= msg.param2 <= 255 else None
+            if main is None:
+                result = mavlink.MAV_RESULT_DENIED  # not a PX4 main mode
+            elif main == OFFBOARD and time.monotonic() - self._last_setpoint > self.config.offboard_setpoint_timeout:
                 result = mavlink.MAV_RESULT_TEMPORARILY_REJECTED  # PX4: no offboard signal yet
             else:
                 self.mode, result = main, mavlink.MAV_RESULT_ACCEPTED

@@ -210,3 +210,134 @@ def test_reconnect_after_close_starts_afresh(vehicle):
     vehicle.close()  # the vehicle is gone: a reconnect must fail, not reuse the old connection's state
     with pytest.raises(RobotError, match="no HEARTBEAT"):
         robot.connect(timeout=0.3)
+
+
+# MAVLink 2 signing ---------------------------------------------------------------------------------------------------
+KEY, OTHER_KEY = bytes(range(1, 33)), bytes(range(101, 133))
+
+
+@pytest.fixture(autouse=True)
+def no_key_in_environment(monkeypatch):
+    monkeypatch.delenv("ROBO_MAVLINK_KEY", raising=False)
+
+
+def _attacker_send(port, *frames):
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for f in frames:
+            s.sendto(f, ("127.0.0.1", port))
+
+
+def _spoofed_position(key=None, timestamp=None):
+    """A LOCAL_POSITION_NED from system 1 claiming the vehicle is 99 m away: unsigned, or signed with ``key``."""
+    from hardware.drivers import mavlink_signing
+
+    mav = mavlink.MAVLink(None, 1, 1)
+    if key is not None:
+        mavlink_signing.sign_outgoing(mav, key, 0, timestamp)
+    return mav.local_position_ned_encode(10**9, 99.0, 99.0, -99.0, 0, 0, 0).pack(mav)
+
+
+def test_signed_stand_in_accepts_robos_signed_commands():
+    with MavlinkVehicle(signing_key=KEY) as v, PX4Robot(connection=f"udpout:{v.address}", signing_key=KEY) as robot:
+        robot.connect(3.0)
+        robot.arm()
+        last = robot.read_state().timestamp
+        for _ in range(20):  # lockstep: each signed setpoint steps the vehicle once and brings signed telemetry
+            robot.send(MotorCommand(np.full(4, 0.5)))
+            assert wait_for(lambda: robot.read_state().timestamp > last)
+            last = robot.read_state().timestamp
+        assert v.armed and v.steps == 20 and robot.armed
+        assert v.received and all(m.get_signed() for m in v.received)  # everything robo sent carries a valid signature
+        assert v.rejected == {"unsigned": 0, "bad_signature": 0} and robot.rejected_messages == 0 and robot.signed
+        assert robot.stats["received"] > 20
+
+
+def test_unsigned_forged_and_replayed_senders_are_ignored_and_counted():
+    from hardware.drivers import mavlink_signing
+
+    with MavlinkVehicle(signing_key=KEY, initial_position=(0.5, -0.3, 1.2)) as v, \
+            PX4Robot(connection=f"udpout:{v.address}", signing_key=KEY) as robot:
+        robot.connect(3.0)
+        with v._lock:  # a genuine signed frame, held back: replayed later, its timestamp is old
+            held = v.telemetry_messages()[0].pack(v._mav)
+        assert wait_for(lambda: robot.stats["received"] > 10)
+        future = mavlink_signing.now_timestamp() + 10**12
+        _attacker_send(robot.local_port, *[_spoofed_position() for _ in range(5)],          # no key
+                       *[_spoofed_position(OTHER_KEY) for _ in range(4)],                  # another key
+                       _spoofed_position(OTHER_KEY, future),                               # forged far future
+                       held)                                                               # replay
+        assert wait_for(lambda: robot.stats["unsigned"] == 5 and robot.stats["bad_signature"] == 6)
+        assert robot.rejected_messages == 11
+        t = time.monotonic()  # the forged far-future stamp did not lock the genuine stream out
+        assert wait_for(lambda: robot.read_state().timestamp > t + 0.05)
+        np.testing.assert_allclose(robot.read_state().position, [0.5, -0.3, 1.2], atol=1e-6)
+        robot.arm()
+        assert v.armed
+        print("senders: 1 genuine, 1 attacker; rejections:", robot.stats)
+
+
+def test_unsigned_robo_is_refused_by_a_signing_vehicle(free_port):
+    # the vehicle sends to a fixed address, as PX4 SITL to 14540 (it answers only signed senders otherwise)
+    with MavlinkVehicle(signing_key=KEY, remote=("127.0.0.1", free_port)) as v, \
+            PX4Robot(connection=f"udpin:127.0.0.1:{free_port}", command_tries=2, ack_timeout=0.2,
+                     offboard_stream_s=0.1) as robot:
+        robot.connect(3.0)  # robo without a key reads the signed telemetry, but cannot command
+        with pytest.raises(RobotError, match="no COMMAND_ACK"):
+            robot.arm()
+        assert not v.armed and v.rejected["unsigned"] > 5 and not v.messages("COMMAND_LONG")
+
+
+@pytest.mark.parametrize("vehicle_key, match", [(None, "unsigned messages"), (OTHER_KEY, "another key")],
+                         ids=["unsigned", "other-key"])
+def test_signing_robo_refuses_an_unsigned_or_other_key_vehicle(vehicle_key, match, free_port):
+    with MavlinkVehicle(signing_key=vehicle_key, remote=("127.0.0.1", free_port)):
+        robot = PX4Robot(connection=f"udpin:127.0.0.1:{free_port}", signing_key=KEY)
+        with pytest.raises(RobotError, match=match):
+            robot.connect(0.8)
+        assert robot.rejected_messages > 0 and robot.stats["received"] == 0
+
+
+def test_key_from_file_or_environment_never_from_the_config(tmp_path, monkeypatch):
+    import dataclasses
+    import hashlib
+
+    from hardware.drivers import mavlink_signing as ms
+    from hardware.drivers.px4_protocol import PX4Config
+
+    raw, px4_file, hex_file = tmp_path / "k.bin", tmp_path / "mavlink-signing-key.bin", tmp_path / "k.hex"
+    raw.write_bytes(KEY)
+    px4_file.write_bytes(KEY + (123).to_bytes(8, "little"))  # PX4's SD-card file: key + timestamp
+    hex_file.write_text(KEY.hex() + "\n")
+    for path in (raw, px4_file, hex_file):
+        assert ms.read_key_file(path) == KEY
+        robot = PX4Robot(signing_key_file=str(path))
+        assert robot.signed and KEY.hex() not in repr(dataclasses.asdict(robot.config))
+    monkeypatch.setenv("ROBO_MAVLINK_KEY", KEY.hex())
+    assert PX4Robot()._key == KEY
+    monkeypatch.setenv("ROBO_MAVLINK_KEY", "correct horse battery staple")  # MAVProxy's passphrase -> sha256
+    assert PX4Robot()._key == hashlib.sha256(b"correct horse battery staple").digest()
+    assert PX4Robot(signing_key_file=str(raw))._key == KEY  # the file wins over the environment
+    monkeypatch.delenv("ROBO_MAVLINK_KEY")
+    assert not PX4Robot().signed
+    (tmp_path / "short").write_bytes(b"\x01" * 7)
+    (tmp_path / "zeros").write_bytes(bytes(32))
+    for name, match in (("missing", "does not exist"), ("short", "has 7 bytes; expected a 32-byte key"),
+                        ("zeros", "all zeros")):
+        with pytest.raises(ValueError, match=match) as e:
+            PX4Config(signing_key_file=str(tmp_path / name)) and PX4Robot(signing_key_file=str(tmp_path / name))
+        assert "\n" not in str(e.value)
+
+
+def test_loopback_by_default_and_a_bind_to_all_interfaces_is_logged(free_port, caplog):
+    from hardware.drivers.px4_protocol import PX4Config, listens_everywhere
+
+    assert PX4Config().connection == "udpin:127.0.0.1:14540" and not listens_everywhere(PX4Config().connection)
+    assert listens_everywhere("udpin:0.0.0.0:14540") and listens_everywhere("udp:0.0.0.0:14540")
+    assert not listens_everywhere("udpout:0.0.0.0:14540") and not listens_everywhere("/dev/ttyACM0")
+    robot = PX4Robot(connection=f"udpin:0.0.0.0:{free_port}")
+    with caplog.at_level("WARNING", logger="hardware.drivers.px4"), pytest.raises(RobotError, match="no HEARTBEAT"):
+        robot.connect(timeout=0.2)
+    lines = [r.getMessage() for r in caplog.records if "every interface" in r.getMessage()]
+    assert len(lines) == 1 and "any sender" in lines[0] and "signing key" in lines[0] and "\n" not in lines[0]

@@ -124,3 +124,41 @@ def test_garbage_does_not_stop_the_vehicle(vehicle, client):
         client.sock.sendto(rng.integers(0, 256, 64, dtype=np.uint8).tobytes(), client.addr)
     assert client.command(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1) == mavlink.MAV_RESULT_ACCEPTED
     assert vehicle.bad_data > 0
+
+
+def _signed_client(vehicle, key):
+    c = Client(vehicle)
+    c.mav.signing.secret_key, c.mav.signing.sign_outgoing = key, True
+    c.mav.signing.timestamp = int((time.time() - 1420070400) * 100_000)  # 10 us units since 2015-01-01
+    return c
+
+
+def test_signing_vehicle_takes_commands_only_with_its_key():
+    key = bytes(range(1, 33))
+    with MavlinkVehicle(signing_key=key) as v:
+        stranger, other, owner = Client(v), _signed_client(v, bytes(range(2, 34))), _signed_client(v, key)
+        for c in (stranger, other):  # HEARTBEAT is on PX4's unsigned allowlist, commands are not
+            c.send(c.mav.heartbeat_encode(mavlink.MAV_TYPE_GCS, mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0))
+            c.send(c.mav.command_long_encode(1, 1, mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 0, 1, 0, 0, 0, 0, 0, 0))
+        time.sleep(0.2)
+        # as PX4's accept_unsigned callback: the allowlisted HEARTBEAT passes unsigned or wrongly signed
+        assert not v.armed and v.rejected == {"unsigned": 1, "bad_signature": 1}
+        assert not v.messages("COMMAND_LONG") and [m.get_type() for m in v.received] == ["HEARTBEAT", "HEARTBEAT"]
+        with pytest.raises(AssertionError):  # nothing was sent to the strangers: only a signed sender is answered
+            stranger.recv("HEARTBEAT", timeout=0.1)
+        _offboard_and_arm(owner)
+        assert v.armed
+        hb = owner.recv("HEARTBEAT")  # the vehicle signs what it sends, and the owner's parser checks it
+        verifier = mavlink.MAVLink(None)
+        verifier.signing.secret_key = key
+        assert hb.get_signed() and verifier.decode(bytearray(hb.get_msgbuf())).get_signed()
+        for c in (stranger, other, owner):
+            c.close()
+
+
+def test_non_finite_setpoints_and_commands_are_refused(vehicle, client):
+    _offboard_and_arm(client)
+    client.motors([float("nan"), 0.5, 0.5, 0.5])
+    assert client.command(mavlink.MAV_CMD_DO_SET_MODE, 1, float("inf")) == mavlink.MAV_RESULT_DENIED
+    assert client.command(mavlink.MAV_CMD_DO_SET_MODE, 1, 1e30) == mavlink.MAV_RESULT_DENIED  # not a main mode
+    assert vehicle.refused == 2 and vehicle.steps == 0 and np.isfinite(vehicle.true_state()["position"]).all()
