@@ -110,13 +110,14 @@ def refuse_unsigned(mav: mavlink.MAVLink, msg_id: int) -> bool:
     return False
 
 
-def incoming_signing(key: bytes) -> mavlink.MAVLinkSigning:
+def incoming_signing(key: bytes, allow_unsigned=refuse_unsigned) -> mavlink.MAVLinkSigning:
     """The signing state of a parser that accepts only messages signed with ``key``: a new stream is accepted
-    if its timestamp is at most one minute behind now, then only ever newer timestamps (replays refused)."""
+    if its timestamp is at most one minute behind now, then only ever newer timestamps (replays refused).
+    ``allow_unsigned(mav, msg_id)``: pymavlink's hook for the unsigned messages let through (none by default)."""
     s = mavlink.MAVLinkSigning()
     s.secret_key = key
     s.timestamp = now_timestamp()
-    s.allow_unsigned_callback = refuse_unsigned
+    s.allow_unsigned_callback = allow_unsigned
     return s
 
 

@@ -45,7 +45,7 @@ from sims.quadrotor.batched import BatchedQuadrotorSim
 from sims.quadrotor.dynamics import MOTOR, OMEGA, POS, QUAT, VEL, ParamsBatch, hover_state
 from sims.quadrotor.rotations import quat_mul, quat_to_rotmat
 
-from hardware.drivers.mavlink_signing import verify_signatures
+from hardware.drivers.mavlink_signing import incoming_signing, rejection_kind, sign_outgoing, verify_signatures
 
 from .attitude_controller import AttitudeGains, attitude_motor_commands
 from .extras import require
@@ -176,13 +176,9 @@ class MavlinkVehicle:
         self._mav = mavlink.MAVLink(None, cfg.system_id, cfg.component_id)  # packs what we send
         self._rx_signing = None
         if cfg.signing_key is not None:
-            epoch_offset = 1420070400  # signing timestamps: 10 us units since 2015-01-01 UTC
-            now = int((time.time() - epoch_offset) * 100_000)
-            self._mav.signing.secret_key, self._mav.signing.link_id = bytes(cfg.signing_key), cfg.signing_link_id
-            self._mav.signing.timestamp, self._mav.signing.sign_outgoing = now, True
-            self._rx_signing = mavlink.MAVLinkSigning()
-            self._rx_signing.secret_key, self._rx_signing.timestamp = bytes(cfg.signing_key), now
-            self._rx_signing.allow_unsigned_callback = lambda mav, msg_id: msg_id in UNSIGNED_ALLOWED
+            sign_outgoing(self._mav, bytes(cfg.signing_key), cfg.signing_link_id)
+            self._rx_signing = incoming_signing(bytes(cfg.signing_key),
+                                                allow_unsigned=lambda mav, msg_id: msg_id in UNSIGNED_ALLOWED)
         self._rx = self._new_parser()
         self._loops = BackgroundLoops("MavlinkVehicle")
         self._noise = np.random.default_rng(cfg.sensors.seed)
@@ -339,9 +335,9 @@ class MavlinkVehicle:
 
     def _accept(self, msg) -> bool:
         kind = msg.get_type()
-        if kind == "BAD_DATA" and msg.reason == "Invalid signature":
-            signed = len(msg.data) > 2 and msg.data[0] == 0xFD and msg.data[2] & mavlink.MAVLINK_IFLAG_SIGNED
-            self.rejected["bad_signature" if signed else "unsigned"] += 1
+        refused = rejection_kind(msg) if kind == "BAD_DATA" else None
+        if refused is not None:
+            self.rejected[refused] += 1
             return False
         if kind == "BAD_DATA" or kind.startswith("UNKNOWN"):
             self.bad_data += 1
