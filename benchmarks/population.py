@@ -7,7 +7,7 @@ of the updates (an analytic count per gradient step: the members' forward and ba
 of the same shapes and a large matmul timed in the same run.
 
     python benchmarks/population.py --sizes 1 8 64
-    python benchmarks/population.py --sizes 64 +sim=batched sim.step_backend=c
+    python benchmarks/population.py --sizes 64 sim.step_backend=torch
 """
 
 from __future__ import annotations
