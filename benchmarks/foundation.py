@@ -17,7 +17,6 @@ applied after this benchmark's smaller defaults (``BENCH_DEFAULTS``).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -31,6 +30,7 @@ from robo.foundation import FoundationRunConfig, Manifest, evaluate_all, load_te
 from robo.foundation.pipeline import distil
 from robo.foundation.teachers import teacher_summary
 from robo.foundation.trim import trim_record
+from robo.run_dir import write_json
 from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 
 COLUMNS = ("hover_success_rate", "hover_median_error_m", "hover_mean_error_m", "hover_crash_rate",
@@ -102,7 +102,7 @@ def main() -> None:
     for name, value in rows:
         print(f"| {name:<{width}} | {value} |")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "results": results}, indent=1, default=float))
+        write_json(args.json, {"rows": rows, "results": results})
     sys.stdout.flush()
 
 

@@ -15,7 +15,6 @@ this folder is on sys.path when the script runs, and that name would hide the gy
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import gymnasium as gym
@@ -28,6 +27,7 @@ from sims.pusht.gym_pusht import MAKE_ID
 from sims.pusht.gym_pusht_expert import GymPushTExpert
 from sims.pusht.matched import GYM_PUSHT_MATCHED
 from table import print_table
+from robo.run_dir import write_json
 
 ENVS = {"robo push-T (MuJoCo)": (ENV_ID, {}), "robo push-T matched (MuJoCo)": (ENV_ID, {"config": GYM_PUSHT_MATCHED}),
         "gym-pusht": (MAKE_ID, {})}  # name -> (gym id, make kwargs)
@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = [play(e, s, args.episodes, args.seed) for e in EXPERTS for s in ENVS]
     print_table(rows, ["expert", "env", "episodes", "success", "mean_steps", "mean_steps_success", "seconds"])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_json(args.json, rows)
     return rows
 
 

@@ -32,7 +32,6 @@ adds fine-tunes on trajectory-diffusion segments (``synthesize.diffusion_steps``
 from __future__ import annotations
 
 import copy
-import json
 import time
 
 import numpy as np
@@ -51,6 +50,7 @@ from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.world_model.self_improve import finetune, imagined_successes, plan_steps, replay_in_sim
 from robo.world_model.synthesize import chunked_policy_target, segment_episodes, segments_from_episodes, synthesize
 from robo.world_model.tasks import make_task
+from robo.run_dir import write_json
 
 START_SEED, EVAL_SEED = 70_000, 100_000
 # Overrides of configs/imagine.yaml applied before the command line's.
@@ -199,8 +199,7 @@ def main() -> None:
           f"select {r.select}); sim success on {r.eval_episodes} episodes")
     print_table(rows, ["seed", "data", "sim success", "imagined success", "kept", "replay ok", "imagine s"])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":

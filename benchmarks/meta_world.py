@@ -29,7 +29,6 @@ policies. State observations only.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +37,7 @@ import torch
 
 from policies.registry import load_policy
 from robo.commands import record, train
+from robo.run_dir import write_json
 from sims.metaworld.env import env_names
 from sims.metaworld.tasks import DIFFICULTY, select_tasks
 from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += multitask_rows(ap, tasks, kinds, args, out, mt_budget)
     print_table(rows, COLUMNS)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ of the same shapes and a large matmul timed in the same run.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from table import print_table  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from robo.rl.population_trainer import PopulationTrainer  # noqa: E402
-from robo.run_dir import seed_run  # noqa: E402
+from robo.run_dir import seed_run, write_json  # noqa: E402
 
 DEFAULTS = ["+experiment=hover_quick", "video.enabled=false"]
 
@@ -100,7 +99,7 @@ def main(argv=None) -> None:
           "GFLOP/s")
     print_table(rows, list(rows[0]))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ runs, and that name would hide the gym_pusht package.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import gymnasium as gym
@@ -37,6 +36,7 @@ from sims.pusht.gym_pusht import MAKE_ID
 from sims.pusht.gym_pusht_expert import GymPushTExpert
 from sims.pusht.matched import GYM_PUSHT_MATCHED, gym_pusht_start
 from table import print_table
+from robo.run_dir import write_json
 
 VARIANTS = {"robo push-T": None, "robo push-T matched": GYM_PUSHT_MATCHED}
 STEPS = (10, 30, 60)
@@ -132,8 +132,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cols = ["variant", "starts_equal", "image_mad"] + [f"{k}@{n}" for n in STEPS for k in ("block_mm", "yaw_deg")]
     print_table(rows, cols + ["agent_mm@10", "pen_mm_p50", "pen_mm_p95", "paths@60", "seconds"])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_json(args.json, rows)
     return rows
 
 

@@ -18,7 +18,6 @@ runs at >= ``--target``, median env steps to the first training evaluation at ``
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import subprocess
@@ -33,6 +32,7 @@ from policies.registry import load_policy
 from robo.commands.steer import task_env_factory
 from robo.imitation.evaluate import evaluate_chunked_policy
 from robo.steer.trainer import SteerTrainer
+from robo.run_dir import write_json
 from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 from steer import BENCH_DEFAULTS
 from table import print_table
@@ -132,7 +132,7 @@ def main() -> None:
                        **run_one(c, base, folder / f"{method}_seed{s}", args.target)}
                 logging.info("run: %s", row)
                 rows.append(row)
-                (args.results or args.out / "results.json").write_text(json.dumps(rows, indent=1))
+                write_json(args.results or args.out / "results.json", rows)
     print_table(rows, ["base", "seed", "method", "base_success", "final", "deployed", "deployed_kind",
                        "gate_lower_bound", "steps_to_target", "wall_min"])
     print()

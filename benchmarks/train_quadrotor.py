@@ -20,7 +20,6 @@ after this benchmark's defaults (``BENCH_DEFAULTS``); ``--curricula`` and ``--se
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from robo.evaluate import flight_metrics, rollout
 from robo.foundation.evaluate import pushed
 from policies.registry import load_policy
 from robo.rl.trainer import BEST, Trainer, evaluation_key
+from robo.run_dir import write_json
 from sims.envs import make_batched_task
 from sims.quadrotor import ParamsBatch, preset
 
@@ -149,7 +149,7 @@ def main() -> None:
     for name, value in rows:
         print(f"| {name:<{width}} | {value} |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        write_json(args.json, rows)
     sys.stdout.flush()
 
 

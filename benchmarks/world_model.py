@@ -15,7 +15,6 @@ models are small and runs short.
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -24,6 +23,7 @@ import torch
 from policies.world_model import EnsembleDynamics
 from robo.world_model.rollout import imagine_rollout, open_loop_error, spearman
 from robo.world_model.tasks import ensemble_config, make_task, transitions
+from robo.run_dir import write_json
 from common import command_config, fail, parse, parser  # benchmarks/ is on sys.path when run as a script
 
 # Overrides of configs/imagine.yaml per task, applied before the command line's.
@@ -148,8 +148,7 @@ def main() -> None:
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ The skeleton every trainer and command shares:
   resume needs; ``checkpoints/best``: the kept policy), each replaced atomically
   (``policies.checkpoint.atomic_directory``), with the deployable ``policy/`` and a JSON state file;
   ``read_state`` reads that file back.
-- ``write_json`` (metrics, evaluation histories), ``write_resolved_config`` (``config.yaml``).
+- ``write_json`` (metrics, evaluation histories), ``write_resolved_config`` (``config.yaml``). JSON is strict
+  (``strict_json``): a value that is not finite (an error of a flight where every start crashed is +inf) is
+  written as null with a ``<key>_null_reason`` beside it; ``read_json`` / ``read_state`` restore it.
 - ``start_run``: a command's first line: resume (``resume_config``) and seed (``seed_run``).
 - ``resume_config``: the config a resumed run continues with: its own saved ``config.yaml``, with only the
   overrides that are safe to change applied on top, and the others refused.
@@ -58,9 +60,83 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f), binary=True)
 
 
+NULL_REASON = "_null_reason"  # suffix of the key that says why its sibling is null
+
+
+def strict_json(data: Any) -> Any:
+    """``data`` as strict JSON can hold it (no ``Infinity`` or ``NaN``, which Python's json writes and strict
+    readers such as JavaScript's ``JSON.parse`` or ``jq`` refuse): numpy scalars as Python numbers, a float that
+    is not finite as None, with ``<key>_null_reason`` ("+inf", "-inf" or "nan") beside it in its dict; in a list,
+    such floats become None and the list's key gets the reason "entries not finite, written as null"."""
+    import math
+
+    def scalar(x):
+        if hasattr(x, "item") and getattr(x, "ndim", None) == 0:  # numpy / torch scalars
+            x = x.item()
+        return x
+
+    def bad(x) -> str | None:
+        if isinstance(x, float) and not math.isfinite(x):
+            return "nan" if math.isnan(x) else ("+inf" if x > 0 else "-inf")
+        return None
+
+    def convert(x):
+        x = scalar(x)
+        if isinstance(x, dict):
+            out = {}
+            for k, v in x.items():
+                v = scalar(v)
+                reason = bad(v)
+                if reason is not None:
+                    out[k], out[f"{k}{NULL_REASON}"] = None, reason
+                    continue
+                out[k] = convert(v)
+                if isinstance(v, (list, tuple)) and _has_bad(v):
+                    out[f"{k}{NULL_REASON}"] = "entries not finite, written as null"
+            return out
+        if isinstance(x, (list, tuple)):
+            return [None if bad(scalar(v)) else convert(v) for v in x]
+        return x
+
+    def _has_bad(v) -> bool:
+        return any(bad(scalar(e)) is not None or (isinstance(e, (list, tuple)) and _has_bad(e)) for e in v)
+
+    return convert(data)
+
+
+def from_strict_json(data: Any) -> Any:
+    """``strict_json``'s inverse for dict values: a null with a "+inf", "-inf" or "nan" reason beside it becomes
+    that float again (the reason key is dropped); anything else is left as read."""
+    values = {"+inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+    if isinstance(data, list):
+        return [from_strict_json(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for k, v in data.items():
+        reason = data.get(f"{k}{NULL_REASON}")
+        if v is None and reason in values:
+            out[k] = values[reason]
+        elif not (k.endswith(NULL_REASON) and data.get(k[: -len(NULL_REASON)]) is None
+                  and v in values):
+            out[k] = from_strict_json(v)
+    return out
+
+
+def dumps_json(data: Any, indent: int = 2) -> str:
+    """``data`` as strict JSON text (``strict_json``), sorted keys; refuses anything else not JSON-able."""
+    return json.dumps(strict_json(data), indent=indent, sort_keys=True, allow_nan=False) + "\n"
+
+
 def write_json(path: str | Path, data: Any) -> Path:
-    """``data`` as indented JSON with sorted keys (metrics, evaluation histories), written atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """``data`` as indented strict JSON with sorted keys (metrics, evaluation histories, benchmark rows),
+    written atomically."""
+    return atomic_write_text(path, dumps_json(data))
+
+
+def read_json(path: str | Path) -> Any:
+    """A file ``write_json`` wrote, its non-finite values restored (``from_strict_json``)."""
+    return from_strict_json(json.loads(Path(path).read_text()))
 
 
 def write_resolved_config(run_dir: str | Path, cfg) -> Path:
@@ -132,7 +208,7 @@ def checkpoint(folder: str | Path, policy=None, state: dict | None = None,
         if policy is not None:
             policy.save(tmp / "policy")
         if state is not None:
-            (tmp / state_file).write_text(json.dumps(state, indent=1, default=float))
+            (tmp / state_file).write_text(dumps_json(state, indent=1))
 
 
 def write_checkpoint(folder: str | Path, policy=None, state: dict | None = None, state_file: str = STATE) -> Path:
@@ -145,7 +221,7 @@ def write_checkpoint(folder: str | Path, policy=None, state: dict | None = None,
 def read_state(folder: str | Path, state_file: str = STATE) -> dict | None:
     """The JSON ``state_file`` of a checkpoint folder, or None where there is none."""
     path = Path(folder) / state_file
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 # Resume -----------------------------------------------------------------------------------------

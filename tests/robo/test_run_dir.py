@@ -1,6 +1,8 @@
 """The run skeleton: seeds, checkpoint folders, and resuming a run from its own saved config."""
 
+import json
 import logging
+import math
 import random
 
 import numpy as np
@@ -11,8 +13,8 @@ from omegaconf import OmegaConf
 
 from policies.checkpoint import remove_unfinished
 from robo.commands.imitation import RESUMABLE_CHANGES
-from robo.run_dir import (checkpoint, read_state, resume_config, rng_state, seed_run, set_rng_state,
-                          with_run_groups, write_checkpoint, write_resolved_config)
+from robo.run_dir import (checkpoint, read_json, read_state, resume_config, rng_state, seed_run, set_rng_state,
+                          with_run_groups, write_checkpoint, write_json, write_resolved_config)
 from tests.hydra_configs import composed
 
 
@@ -121,3 +123,24 @@ def test_resume_fills_keys_added_since_and_drops_keys_removed_since(imitation_ru
 def test_resume_of_a_folder_without_config_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="is .* a robo train run folder"):
         resume_config(composed("train", f"resume={tmp_path}"), RESUMABLE_CHANGES, "train", typed=[])
+
+
+def test_metrics_are_strict_json_with_the_reason_for_each_null(tmp_path):
+    """No Infinity or NaN for strict readers: null plus <key>_null_reason, restored on reading back."""
+    metrics = {"final_median_position_error": float("inf"), "rmse": np.float32("nan"), "crashes": np.int64(256),
+               "drift": -math.inf, "errors": [0.01, float("inf")], "nested": [{"x": float("nan")}], "ok": 0.5}
+    write_json(tmp_path / "m.json", metrics)
+    text = (tmp_path / "m.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    raw = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict constant {c}"))
+    assert raw["final_median_position_error"] is None and raw["final_median_position_error_null_reason"] == "+inf"
+    assert raw["rmse"] is None and raw["rmse_null_reason"] == "nan" and raw["drift_null_reason"] == "-inf"
+    assert raw["crashes"] == 256 and raw["ok"] == 0.5
+    assert raw["errors"] == [0.01, None] and "not finite" in raw["errors_null_reason"]
+    assert raw["nested"] == [{"x": None, "x_null_reason": "nan"}]
+    back = read_json(tmp_path / "m.json")
+    assert back["final_median_position_error"] == math.inf and math.isnan(back["rmse"]) and back["drift"] == -math.inf
+    assert "final_median_position_error_null_reason" not in back and math.isnan(back["nested"][0]["x"])
+    write_checkpoint(tmp_path / "best", state=metrics, state_file="metrics.json")
+    assert "Infinity" not in (tmp_path / "best" / "metrics.json").read_text()
+    assert read_state(tmp_path / "best", "metrics.json")["final_median_position_error"] == math.inf
