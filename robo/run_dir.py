@@ -227,12 +227,30 @@ def read_state(folder: str | Path, state_file: str = STATE) -> dict | None:
 # Resume -----------------------------------------------------------------------------------------
 def start_run(cfg, run_dir: str | Path, safe: set[str], command: str):
     """(config, run folder) a command runs with: with ``resume=<run>``, the run's own config (``resume_config``,
-    ``safe``: the keys an override may change) and folder; then ``seed_run(cfg.seed, cfg.threads)``."""
+    ``safe``: the keys an override may change) and folder, its checkpoint writes that a kill cut short undone
+    (``finish_interrupted_writes``); then ``seed_run(cfg.seed, cfg.threads)``."""
     if cfg.get("resume"):
         cfg = resume_config(cfg, safe, command)
         run_dir = cfg.resume
+        finish_interrupted_writes(run_dir)
     seed_run(int(cfg.seed), int(cfg.threads))
     return cfg, Path(run_dir)
+
+
+def finish_interrupted_writes(run_dir: str | Path) -> list[Path]:
+    """Undo the checkpoint-folder writes that a killed process left anywhere under ``run_dir``
+    (``policies.checkpoint.remove_unfinished``: temporary folders removed; a folder killed between its two renames
+    put back from its previous version), so that a resume finds each checkpoint whole. The folders it repaired."""
+    import re
+
+    from policies.checkpoint import remove_unfinished
+
+    found = {p.parent / m.group(1) for p in Path(run_dir).rglob(".*")
+             if (m := re.fullmatch(r"\.(.+)\.(?:tmp|old)-.+", p.name))}
+    for folder in sorted(found):
+        log.warning("finishing an interrupted write of %s", folder)
+        remove_unfinished(folder)
+    return sorted(found)
 
 
 def saved_config(run_dir: str | Path, command: str):

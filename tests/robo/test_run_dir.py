@@ -13,8 +13,9 @@ from omegaconf import OmegaConf
 
 from policies.checkpoint import remove_unfinished
 from robo.commands.imitation import RESUMABLE_CHANGES
-from robo.run_dir import (checkpoint, read_json, read_state, resume_config, rng_state, seed_run, set_rng_state,
-                          with_run_groups, write_checkpoint, write_json, write_resolved_config)
+from robo.run_dir import (checkpoint, finish_interrupted_writes, read_json, read_state, resume_config, rng_state,
+                          seed_run, set_rng_state, with_run_groups, write_checkpoint, write_json,
+                          write_resolved_config)
 from tests.hydra_configs import composed
 
 
@@ -144,3 +145,22 @@ def test_metrics_are_strict_json_with_the_reason_for_each_null(tmp_path):
     write_checkpoint(tmp_path / "best", state=metrics, state_file="metrics.json")
     assert "Infinity" not in (tmp_path / "best" / "metrics.json").read_text()
     assert read_state(tmp_path / "best", "metrics.json")["final_median_position_error"] == math.inf
+
+
+def test_a_resume_finishes_the_checkpoint_writes_a_kill_cut_short(tmp_path):
+    """SIGKILL between atomic_directory's two renames leaves no checkpoints/latest, only its previous version
+    (.latest.old-<pid>) and maybe a temporary folder: finish_interrupted_writes puts the previous version back and
+    clears the temporaries, anywhere in the run (population members too)."""
+    ckpt = tmp_path / "checkpoints"
+    write_checkpoint(ckpt / "latest", state={"step": 4096})
+    (ckpt / "latest").rename(ckpt / ".latest.old-4242")       # killed after the first rename
+    (ckpt / ".latest.tmp-abc").mkdir()                        # the new version, not renamed yet
+    member = tmp_path / "members" / "3" / "checkpoints"
+    write_checkpoint(member / "best", state={"step": 10})
+    (member / ".best.tmp-xyz").mkdir()                        # killed while writing, the old one intact
+    (tmp_path / ".hydra").mkdir()
+    repaired = finish_interrupted_writes(tmp_path)
+    assert sorted(repaired) == sorted([ckpt / "latest", member / "best"])
+    assert read_state(ckpt / "latest")["step"] == 4096 and read_state(member / "best")["step"] == 10
+    assert not list(ckpt.glob(".latest.*")) and not list(member.glob(".best.*")) and (tmp_path / ".hydra").is_dir()
+    assert finish_interrupted_writes(tmp_path) == []
