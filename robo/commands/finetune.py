@@ -58,7 +58,7 @@ def open_robot(c: dict):
     s = c["standin"]
     start = tuple(s["initial_position"])
     with stand_in(StandInConfig(robot=s["robot"], sensors=s.get("sensors") or {}, initial_position=start,
-                                safety=c.get("safety") or {})) as lab:
+                                safety=c.get("safety") or {}, signing_key_file=c.get("signing_key_file"))) as lab:
         yield lab.robot, HumanPrompt(lambda message: lab.put_back(start))
 
 

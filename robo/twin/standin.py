@@ -15,6 +15,7 @@ from typing import Iterator
 
 import torch
 
+from hardware.drivers.mavlink_signing import resolve_key
 from hardware.drivers.px4 import PX4Robot
 from hardware.safety import SafetyConfig, SafetyLayer
 from sims.quadrotor.dynamics import MOTOR, hover_state
@@ -27,7 +28,9 @@ class StandInConfig:
     sensors: noise and latency (``sims.vehicles.SensorConfig`` fields); initial_position: world FLU m;
     safety: ``SafetyConfig`` fields (the lockstep stand-in waits for each command and holds its pose in the
     air while disarmed between episodes, so the watchdog, state age and arming tilt limits are generous;
-    a real robot keeps flying between episodes under the reset controller instead)."""
+    a real robot keeps flying between episodes under the reset controller instead);
+    signing_key_file: the MAVLink signing key's file, as ``PX4Config.signing_key_file`` (unset: the key
+    from ``$ROBO_MAVLINK_KEY``, else unsigned); the stand-in vehicle holds the same key as the driver."""
 
     robot: str | dict = "crazyflie"
     sensors: dict = field(default_factory=dict)
@@ -36,6 +39,7 @@ class StandInConfig:
                                                   "arm_max_tilt_deg": 45.0})
     connect_timeout: float = 5.0
     offboard_setpoint_timeout: float = 5.0  # s; generous: a loaded host streams setpoints unevenly
+    signing_key_file: str | None = None
 
 
 @dataclass
@@ -68,10 +72,12 @@ class StandIn:
 def stand_in(config: StandInConfig | None = None) -> Iterator[StandIn]:
     """Start the hidden vehicle, connect ``PX4Robot`` to it over UDP, yield a ``StandIn``."""
     c = config or StandInConfig()
+    key = resolve_key(key_file=c.signing_key_file)  # as PX4Robot's: the file, else $ROBO_MAVLINK_KEY, else None
     vcfg = VehicleConfig(robot=c.robot, initial_position=tuple(c.initial_position), sensors=SensorConfig(**c.sensors),
-                         offboard_setpoint_timeout=c.offboard_setpoint_timeout)
+                         offboard_setpoint_timeout=c.offboard_setpoint_timeout, signing_key=key)
     with MavlinkVehicle(vcfg) as vehicle:
-        robot = SafetyLayer(PX4Robot(connection=f"udpout:{vehicle.address}"), SafetyConfig.from_dict(c.safety))
+        robot = SafetyLayer(PX4Robot(connection=f"udpout:{vehicle.address}", signing_key=key),
+                            SafetyConfig.from_dict(c.safety))
         robot.connect(c.connect_timeout)
         try:
             yield StandIn(robot, vehicle)

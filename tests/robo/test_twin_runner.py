@@ -5,7 +5,8 @@ import pytest
 
 from policies.foundation import load_raptor
 from robo.real import RobotEnv, RobotEnvConfig
-from robo.twin import StandInConfig, evaluate_in_twin, fly_with_twin, hover_scores, perturbed, stand_in_robot
+from robo.twin import (StandInConfig, evaluate_in_twin, fly_with_twin, hover_scores, perturbed, stand_in,
+                       stand_in_robot)
 from sims.twin import DigitalTwin, TwinConfig
 
 START = (0.2, -0.2, 1.1)
@@ -28,6 +29,28 @@ def test_twin_in_the_loop_through_the_px4_driver_finds_latency_and_moves_estimat
     # 1.5 s in (no excitation but the start offset), the mass estimate has moved over half the way from
     # nominal (0.0306) to the truth (0.0398); the benchmark flies 10 s with dither: < 1 % error
     assert abs(a["mass"][-1] - truth["mass"]) < 0.5 * abs(0.0306 - truth["mass"])
+
+
+def test_stand_in_holds_the_drivers_signing_key_from_the_environment(monkeypatch):
+    """$ROBO_MAVLINK_KEY set: the driver signs and accepts only signed MAVLink, so the stand-in vehicle must hold
+    the same key (an unsigned stand-in's every message is dropped: connecting fails with "no HEARTBEAT")."""
+    key = bytes(range(1, 33))
+    monkeypatch.setenv("ROBO_MAVLINK_KEY", key.hex())  # 64 hex digits: the 32-byte key itself
+    with stand_in(StandInConfig(initial_position=START)) as lab:
+        driver, vehicle = lab.robot.robot, lab._vehicle
+        env = RobotEnv(lab.robot, RobotEnvConfig(max_steps=30, control_period=0.0))
+        obs, info = env.reset()  # arms and switches to offboard, through signed COMMAND_LONGs
+        assert vehicle.armed and vehicle.mode == 6  # PX4's offboard main mode
+        steps = vehicle.steps
+        policy = load_raptor()
+        for _ in range(20):  # lockstep: each signed setpoint the vehicle accepts advances it one step
+            obs, reward, terminated, truncated, info = env.step(policy.act(obs[None])[0])
+            assert not terminated
+        assert vehicle.steps == steps + 20 and info["position_error"] < 0.5
+        setpoints = vehicle.messages("SET_ACTUATOR_CONTROL_TARGET")
+        assert setpoints and all(m.get_signed() for m in setpoints)
+        assert driver.signed and driver.rejected_messages == 0 and driver.stats["received"] > 0
+        assert vehicle.rejected == {"unsigned": 0, "bad_signature": 0} and vehicle.config.signing_key == key
 
 
 def test_offline_evaluation_scores_many_policies_at_once():
