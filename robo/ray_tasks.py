@@ -7,8 +7,11 @@ each outcome through callbacks as it arrives; the executor is Ray's unless one i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Executor(Protocol):
@@ -25,16 +28,38 @@ class TaskFailed(RuntimeError):
     """A task raised, or its worker died."""
 
 
+LOOPBACK = "127.0.0.1"
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Start (``address`` None or ``"local"``) or join (``"auto"``, ``host:port``) Ray once per process."""
+    """Start (``address`` None or ``"local"``) or join (``"auto"``, ``host:port``) Ray once per process.
+
+    A local Ray is on loopback only: its node IP is 127.0.0.1 and its GCS, raylet and workers listen on 127.0.0.1,
+    with no dashboard. (Ray on Linux turns ``_node_ip_address="127.0.0.1"`` into the machine's routable IP and then
+    listens on every interface, unless ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` is false, so that flag is
+    cleared while ``ray.init`` runs.) Ray 2.60 also turns on its token authentication for a local ``ray.init``
+    (a token in ``~/.ray/auth_token``) unless ``RAY_AUTH_MODE`` says otherwise. Joining a cluster passes its
+    address through unchanged (docs/guide/foundation.md, "Cluster exposure")."""
     import ray
 
     if ray.is_initialized():
         return
     if address and address != "local":
+        log.info("joining the Ray cluster at %s", address)
         ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=None if num_cpus is None else int(num_cpus), include_dashboard=False, log_to_driver=False)
+        return
+    from ray._private import ray_constants
+
+    cluster = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=None if num_cpus is None else int(num_cpus), include_dashboard=False, log_to_driver=False,
+                 _node_ip_address=LOOPBACK)
+    finally:
+        if cluster is None:
+            del ray_constants.ENABLE_RAY_CLUSTER
+        else:
+            ray_constants.ENABLE_RAY_CLUSTER = cluster
 
 
 class RayExecutor:
