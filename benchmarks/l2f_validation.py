@@ -42,11 +42,12 @@ STEPS, SETTLE_FROM, BOX = 500, 200, 0.6
 FORCE_STD = 0.027 * 9.81 / 20  # N per axis (L2F's parameters.h)
 
 
-def validation_task(n: int, seed: int):
+def validation_task(n: int, seed: int, action_history: int = 0):
     """robo's hover task on the Crazyflie with L2F's validation starts, no termination of its own (the box is
-    applied to the recorded flight) and no floor (L2F's simulator has none)."""
+    applied to the recorded flight) and no floor (L2F's simulator has none); ``action_history``: the older actions
+    a policy reads after robo's 22 floats (L2F's recipe: 32)."""
     task = make_batched_task({
-        "name": "hover", "episode_seconds": STEPS / 100,
+        "name": "hover", "episode_seconds": STEPS / 100, "action_history": action_history,
         "init": {"position_radius": 0.2, "angle_deg": 90.0, "velocity": 1.0, "angular_velocity": 1.0,
                  "guidance": 0.1, "motors_at_hover": True},
         "termination": {"floor": False, "position_error": 1e3, "velocity": 1e3, "angular_velocity": 1e3},
@@ -55,8 +56,14 @@ def validation_task(n: int, seed: int):
     return task
 
 
+def action_history(policy) -> int:
+    """The older actions a robo MLP policy reads (its ``obs_dim`` beyond robo's 22 floats, 4 each); 0 otherwise."""
+    obs_dim = getattr(getattr(policy, "config", None), "obs_dim", 22)
+    return max(0, (int(obs_dim) - 22) // 4)
+
+
 def score(policy, n: int, seed: int, settle: float) -> dict:
-    task = validation_task(n, seed)
+    task = validation_task(n, seed, action_history(policy))
     force = torch.randn(n, 3, generator=torch.Generator().manual_seed(seed), dtype=task.state.dtype) * FORCE_STD
     with pushed(task, force, 0, STEPS):
         r = rollout(policy, task, STEPS / 100)
