@@ -20,7 +20,7 @@ import torch
 
 from robo.foundation.config import FoundationRunConfig, composed
 from robo.ray_tasks import Executor, RayExecutor, fan_out
-from robo.run_dir import write_json
+from robo.run_dir import read_json, write_json
 from sims.quadrotor.params import QuadrotorParams
 from sims.quadrotor.randomization import RandomizationConfig, sample_param_list
 
@@ -120,7 +120,7 @@ class Manifest:
         """Load ``path`` if it exists (checking it describes the same quadrotors), else start one."""
         path = Path(path)
         if path.exists():
-            teachers = json.loads(path.read_text())["teachers"]
+            teachers = read_json(path)["teachers"]
             if [t["robot"] for t in teachers] != [s["config"]["robot"] for s in specs]:
                 raise ValueError(f"{path} records other quadrotors than this config samples (teachers, seed or "
                                  f"randomization changed); use a new run folder")
@@ -137,7 +137,7 @@ class Manifest:
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"no teacher manifest at {path}")
-        return cls(path, json.loads(path.read_text())["teachers"])
+        return cls(path, read_json(path)["teachers"])
 
     @classmethod
     def pooled(cls, manifests: list["Manifest"]) -> "Manifest":

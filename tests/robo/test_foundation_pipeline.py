@@ -20,6 +20,7 @@ from robo.foundation.dagger import as_policy, bptt_epoch, make_student
 from robo.foundation.evaluate import evaluate_policy
 from robo.foundation.teachers import teacher_specs
 from robo.rl.trainer import evaluation_key
+from robo.run_dir import read_json
 from tests.hydra_configs import composed_dict
 
 # Crazyflie-sized quadrotors with a comfortable thrust margin: what a few thousand RL steps can fly.
@@ -502,10 +503,10 @@ def test_a_failed_teacher_is_retried_and_resumes_from_its_checkpoint(tmp_path, r
         return train_teacher(spec)
 
     manifest = run_teachers(cfg, tmp_path, flaky)
-    t = json.loads((tmp_path / "manifest.json").read_text())["teachers"][0]
+    t = read_json(tmp_path / "manifest.json")["teachers"][0]
     assert t["status"] == "done" and t["attempts"] == 2 and "injected failure" in t["error"]
     assert t["resumed_from_step"] >= 1000
-    history = json.loads((Path(t["dir"]) / "eval_history.json").read_text())
+    history = read_json(Path(t["dir"]) / "eval_history.json")
     assert history[-1]["step"] >= 2000  # trained to the end; the teacher is its best evaluation
     assert evaluation_key(t["score"]) <= min(evaluation_key(m) for m in history)  # best, across the retry too
     assert isinstance(load_policy(t["checkpoint"]), MLPPolicy)

@@ -10,6 +10,7 @@ import torch
 from policies.foundation import load_raptor
 from robo.evaluate import Rollout
 from robo.imitation.evaluate import evaluate_flights
+from robo.run_dir import read_json
 from tests.hydra_configs import composed_dict
 from tests.robo.cli_run import robo
 
@@ -59,7 +60,7 @@ def test_cli_trains_a_chunked_policy_on_raptor_flights_and_flies_it(tmp_path, po
              "task.flight.episode_seconds=2", "video=false", f"hydra.run.dir={run}", cwd=tmp_path,
              timeout=600, env=ONE_THREAD)
     assert r.returncode == 0, r.stderr
-    metrics = json.loads((run / "metrics.json").read_text())
+    metrics = read_json(run / "metrics.json")
     assert metrics["step"] == 20 and metrics["num_demos"] == 4 and metrics["episodes"] == 4
     assert {"rmse", "crash_rate", "success_rate", "final_median_position_error"} <= set(metrics)
     history = json.loads((run / "eval_history.json").read_text())  # training evaluations, then the final one
@@ -73,7 +74,7 @@ def test_cli_trains_a_chunked_policy_on_raptor_flights_and_flies_it(tmp_path, po
              "policy=checkpoint", f"policy.path={run / 'checkpoints' / 'latest' / 'policy'}",
              f"hydra.run.dir={tmp_path / 'eval'}", cwd=tmp_path, timeout=600, env=ONE_THREAD)
     assert r.returncode == 0, r.stderr
-    scored = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    scored = read_json(tmp_path / "eval" / "metrics.json")
     assert (scored["success_rate"], scored["crashes"]) == (metrics["success_rate"], metrics["crashes"])
     assert scored["final_median_position_error"] == pytest.approx(metrics["final_median_position_error"], rel=1e-4)
 
@@ -88,5 +89,5 @@ def test_a_short_energy_run_imitates_raptor_on_the_figure_eight(tmp_path):
              "policy.train.eval_every=0", "task.eval.episodes=16", "video=false", f"hydra.run.dir={run}", cwd=tmp_path,
              timeout=600, env=ONE_THREAD)
     assert r.returncode == 0, r.stderr
-    metrics = json.loads((run / "metrics.json").read_text())
+    metrics = read_json(run / "metrics.json")
     assert metrics["success_rate"] >= 0.75 and metrics["crash_rate"] <= 0.125, metrics
