@@ -73,24 +73,50 @@ def save_checkpoint(directory: str | Path, kind: str, config: Any, tensors: dict
     return Path(directory)
 
 
+def _why(e: BaseException) -> str:
+    """An error's type and message, on one line."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
 def load_checkpoint(directory: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], dict]:
-    """Read a checkpoint folder -> (kind, config dict, tensors, metadata)."""
+    """Read a checkpoint folder -> (kind, config dict, tensors, metadata).
+
+    Raises FileNotFoundError if a file is missing, a one-line ValueError naming the file if one is corrupt."""
     directory = Path(directory)
     for name in (CONFIG, WEIGHTS):
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory} is not a robo checkpoint: {name} is missing")
     try:
-        with open(directory / CONFIG) as f:
-            doc = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{directory / CONFIG} is corrupt ({e}); save the policy again") from e
+        doc = json.loads((directory / CONFIG).read_bytes())
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, nesting past the stack
+        raise ValueError(f"{directory / CONFIG} is corrupt ({_why(e)}); save the policy again") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{directory / CONFIG} holds a JSON {type(doc).__name__}, not an object; "
+                         "save the policy again")
     if doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{directory}: checkpoint format {doc.get('format_version')} is not {FORMAT_VERSION}")
+        raise ValueError(f"{directory}: checkpoint format {doc.get('format_version')!r} is not {FORMAT_VERSION}")
+    kind, config, metadata = doc.get("kind"), doc.get("config"), doc.get("metadata", {})
+    if not (isinstance(kind, str) and isinstance(config, dict) and isinstance(metadata, dict)):
+        raise ValueError(f"{directory / CONFIG} needs a string 'kind' and objects 'config' and 'metadata', got "
+                         f"{type(kind).__name__}, {type(config).__name__}, {type(metadata).__name__}; "
+                         "save the policy again")
     try:
         tensors = load_file(str(directory / WEIGHTS))
     except Exception as e:  # safetensors raises its own SafetensorError (truncated or not a safetensors file)
-        raise ValueError(f"{directory / WEIGHTS} is corrupt or truncated ({e}); save the policy again") from e
-    return doc["kind"], doc["config"], tensors, doc.get("metadata", {})
+        raise ValueError(f"{directory / WEIGHTS} is corrupt or truncated ({_why(e)}); save the policy again") from e
+    return kind, config, tensors, metadata
+
+
+def check_state_dict(module: torch.nn.Module, tensors: dict[str, torch.Tensor], where: Path) -> None:
+    """ValueError naming ``where`` unless ``tensors`` has exactly ``module``'s state-dict keys and shapes."""
+    want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    have = {k: tuple(v.shape) for k, v in tensors.items()}
+    if want != have:
+        missing, unexpected = sorted(want.keys() - have.keys()), sorted(have.keys() - want.keys())
+        shapes = [f"{k} {have[k]} (the config makes {want[k]})" for k in sorted(want.keys() & have.keys())
+                  if want[k] != have[k]]
+        raise ValueError(f"{where} does not match its config: missing {missing[:4]}, unexpected {unexpected[:4]}, "
+                         f"shapes {shapes[:4]}; save the policy again")
 
 
 class TorchPolicyCheckpointing:
@@ -124,10 +150,34 @@ class TorchPolicyCheckpointing:
 
     @classmethod
     def load(cls, directory: str | Path):
+        """The policy saved in ``directory``; a one-line ValueError if its config does not make a policy of this
+        kind or its weights do not fit it (checked on the meta device first, so that a corrupt config allocates
+        nothing)."""
+        directory = Path(directory)
         kind, cfg, tensors, _ = load_checkpoint(directory)
         if kind != cls.kind:
             raise ValueError(f"{directory} holds a {kind!r} policy, not {cls.kind!r}")
-        policy = cls(cls.config_from_saved(cfg))
+
+        def unfit(e: Exception) -> ValueError:  # wrong types in config.json fail anywhere in a constructor
+            return ValueError(f"{directory / CONFIG}: its config does not make a {cls.kind!r} policy ({_why(e)}); "
+                              "save the policy again")
+
+        try:
+            config = cls.config_from_saved(cfg)
+        except Exception as e:
+            raise unfit(e) from None
+        try:
+            with torch.device("meta"):
+                probe = cls(config)
+        except Exception:  # checked below, on the real device
+            probe = None
+        for module in probe.weight_copies() if probe is not None else []:
+            check_state_dict(module, tensors, directory / WEIGHTS)
+        try:
+            policy = cls(config)
+        except Exception as e:
+            raise unfit(e) from None
         for module in policy.weight_copies():
+            check_state_dict(module, tensors, directory / WEIGHTS)
             module.load_state_dict(tensors)
         return policy

@@ -16,7 +16,8 @@ against the real SITL (``sims.vehicles.betaflight_firmware``).
 ``BetaflightMSPServer`` is a flight controller's MSP port on TCP (Betaflight SITL serves UART1
 on 5761): frames are decoded and encoded with ``pymsp`` (MSP v1 and v2). It answers
 MSP_ATTITUDE, MSP_RAW_IMU, MSP_STATUS, MSP_MOTOR from a ``SimVehicle``, flies MSP_SET_RAW_RC sticks in angle
-mode (arming on AUX1 with throttle low) and records MSP_SET_MOTOR while disarmed (motor test).
+mode (arming on AUX1 with throttle low) and records MSP_SET_MOTOR while disarmed (motor test); a SET with a
+malformed payload is answered with an error frame and counted in ``rejected``.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ class BetaflightMSPServer:
         self.motor_test = np.zeros(8)
         self.silent = False  # True: stop answering (link loss)
         self.inject: list[bytes] = []  # raw bytes to send before the next reply (fault injection)
+        self.rejected = {"bad_payload": 0}  # requests answered with an error frame
         self._loops = BackgroundLoops("BetaflightMSPServer")
 
     def start(self) -> "BetaflightMSPServer":
@@ -177,13 +179,33 @@ class BetaflightMSPServer:
                     if not data:
                         break
                     for frame in stream.push_bytes(data):
-                        self.requests.append(frame)
-                        reply = None if self.silent else self._answer(frame)
+                        reply = self.reply(frame)
                         if reply is not None:
                             conn.sendall(b"".join(self.inject) + reply)
                             self.inject.clear()
 
+    def reply(self, frame) -> bytes | None:
+        """The bytes answering one decoded request (a pymsp frame, recorded in ``requests``): its reply, an error
+        frame (``$M!``/``$X!``, as Betaflight refuses a message) for a malformed payload, counted in ``rejected``,
+        or None (an unknown command, or ``silent``)."""
+        self.requests.append(frame)
+        if self.silent:
+            return None
+        try:
+            return self._answer(frame)
+        except ValueError:
+            self.rejected["bad_payload"] += 1
+            return self._pack(frame, b"", "!")
+
+    @staticmethod
+    def _pack(frame, payload: bytes, direction: str = ">") -> bytes:
+        """A frame of ``frame``'s command and MSP version; the checksum excludes the header's direction."""
+        cmd = frame.message_id
+        packed = MSPv2().pack(cmd, payload) if frame.protocol_version == 2 else MSPv1().pack(cmd, payload)
+        return packed[:2] + direction.encode() + packed[3:]
+
     def _answer(self, frame) -> bytes | None:
+        """The reply to a request; ValueError if its payload is malformed."""
         cmd, payload = frame.message_id, frame.payload
         s = self.vehicle.snapshot()
         if cmd == MSP_ATTITUDE:
@@ -199,16 +221,20 @@ class BetaflightMSPServer:
         elif cmd == MSP_STATUS:
             out = struct.pack("<HHHIB", 125, 0, 1, int(self.vehicle.armed), 0)
         elif cmd == MSP_SET_RAW_RC:
+            if len(payload) % 2 or len(payload) < 2 * (ARM_CHANNEL + 1):
+                raise ValueError(f"MSP_SET_RAW_RC payload has {len(payload)} bytes; expected a uint16 a channel, "
+                                 f"at least {ARM_CHANNEL + 1} channels")
             self._fly(struct.unpack(f"<{len(payload) // 2}H", payload))
             out = b""
         elif cmd == MSP_SET_MOTOR:
+            if len(payload) != 16:
+                raise ValueError(f"MSP_SET_MOTOR payload has {len(payload)} bytes, expected 16 (uint16 x 8)")
             if not self.vehicle.armed:
                 self.motor_test = np.array(struct.unpack("<8H", payload), dtype=np.float64)
             out = b""
         else:
             return None
-        packed = (MSPv2().pack(cmd, out) if frame.protocol_version == 2 else MSPv1().pack(cmd, out))
-        return packed[:2] + b">" + packed[3:]  # reply direction; the checksum excludes the header
+        return self._pack(frame, out)
 
     def _fly(self, channels) -> None:
         arm = channels[ARM_CHANNEL] > 1700
