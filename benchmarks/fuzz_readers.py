@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from abc import ABC, abstractmethod
 import shutil
 import socket
 import struct
@@ -54,7 +55,7 @@ from fuzz_inputs import LIMIT, case_rng, fuzz_isolated, mutate, mutate_json, run
 from table import print_table  # noqa: E402
 
 
-class FolderTarget:
+class FolderTarget(ABC):
     """A valid folder kept in memory; each input mutates (3 %: removes) one of its files, reads, restores it."""
 
     name = ""
@@ -67,11 +68,13 @@ class FolderTarget:
         self.root = self.tmp / "input"
         shutil.copytree(valid, self.root)
 
+    @abstractmethod
     def write(self, root: Path) -> Path:
-        raise NotImplementedError
+        """Write the valid folder under ``root``; return it."""
 
+    @abstractmethod
     def read(self):
-        raise NotImplementedError
+        """Read ``self.root`` with the reader under test."""
 
     def case(self, rng):
         rel = rng.choice(sorted(self.files))

@@ -1,21 +1,15 @@
 """benchmarks/common.py: a benchmark's defaults give way to the command line, presets included."""
 
-import importlib
-from pathlib import Path
-
 import pytest
 from omegaconf import OmegaConf
 
+from tests.benchmarks import BENCHMARKS
 from tests.hydra_configs import composed_dict
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    """(common, steer): the benchmarks' shared command line and the steering benchmark, imported as scripts are."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module("common"), importlib.import_module("steer")
+def bench(benchmark):
+    return benchmark("common"), benchmark("steer")
 
 
 def config(bench, overrides, **kw) -> dict:

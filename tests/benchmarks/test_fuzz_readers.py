@@ -2,19 +2,14 @@
 are each read or refused with a one-line error (no other exception, no hang), and the mutations reach both; the
 harness classifies what readers do."""
 
-import importlib
 import time
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def fuzz(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module("fuzz_inputs"), importlib.import_module("fuzz_readers")
+def fuzz(benchmark):
+    return benchmark("fuzz_inputs"), benchmark("fuzz_readers")
 
 
 @pytest.mark.filterwarnings("ignore")  # corrupt inputs warn (zero-element tensors, NaN cast to int)

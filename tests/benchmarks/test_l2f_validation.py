@@ -1,18 +1,12 @@
 """benchmarks/l2f_validation.py: Learning to Fly's validation as robo flies it (starts up to 90 deg, 1 m/s, 1 rad/s,
 a constant random force, the 0.6 m box)."""
 
-import importlib
-from pathlib import Path
-
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
-def l2f(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module("l2f_validation")
+def l2f(benchmark):
+    return benchmark("l2f_validation")
 
 
 def test_the_starts_are_l2fs_and_raptor_passes_most_of_them(l2f):

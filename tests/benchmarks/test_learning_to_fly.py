@@ -1,25 +1,22 @@
 """benchmarks/learning_to_fly.py: the main job's run as the benchmark composes it, and one-line refusals of a
 missing Learning to Fly checkout."""
 
-import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks import BENCHMARKS
 
 
 @pytest.fixture
-def l2f(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module("learning_to_fly")
+def l2f(benchmark):
+    return benchmark("learning_to_fly")
 
 
-def test_robo_rows_are_the_main_job_with_the_c_step_stopping_at_its_target(l2f):
-    common = importlib.import_module("common")
+def test_robo_rows_are_the_main_job_with_the_c_step_stopping_at_its_target(l2f, benchmark):
+    common = benchmark("common")
     ap = common.parser("test", "train", "seed=1")
     c = OmegaConf.to_container(common.command_config(ap, "train", [], l2f.DEFAULTS, ["seed=1"]), resolve=True)
     assert c["sim"]["step_backend"] == "c" and c["algo"]["name"] == "sac_fast" and c["total_steps"] == 300000
